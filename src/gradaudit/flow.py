@@ -1,0 +1,199 @@
+"""Which (source, output) pairs carry a gradient, and which ops cut the others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .graph.dataflow import CONVERT, GRAD, VALUE, Dataflow, DataflowBuilder, GradFnAnalyzer, OpNode
+from .graph.dtypes import DT_RESOURCE, carries_gradient, dtype_name, is_float
+from .graph.gradients import GradientOracle, GradKind
+from .graph.reach import backward_masks, forward_masks, topological_order
+from .model import Cut, FlowEntry, OpRef, Output, Source
+from .targets.saved_model import SavedModelFile, SignatureGraph, VariableInfo
+
+PYFUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+STOP_OPS = {"StopGradient", "PreventGradient"}
+
+
+@dataclass
+class OpCut:
+    """Everything known about one op that cuts gradient paths."""
+
+    node: OpNode
+    rule: str
+    blocked_pairs: set[tuple[int, int]] = field(default_factory=set)  # pairs it fully blocks (with others)
+    partial_pairs: set[tuple[int, int]] = field(default_factory=set)  # pairs still connected elsewhere
+
+
+@dataclass
+class StaticAnalysis:
+    graph: Dataflow
+    sources: list[Source]
+    outputs: list[Output]
+    source_tensor: dict[int, int]  # index in `sources` -> tensor id (differentiable sources only)
+    output_tensor: dict[int, int]  # index in `outputs` -> tensor id
+    reach_value: list[int]  # F: sources reaching each node by value
+    reach_grad: list[int]  # G: sources reaching each node along gradient-carrying edges
+    to_output_value: list[int]  # B: outputs each node reaches by value
+    to_output_grad: list[int]  # C: outputs each node reaches along gradient-carrying edges
+    flow: list[FlowEntry]
+    cuts: dict[OpRef, OpCut]
+    uncaptured_trainable: list[VariableInfo]
+    gradient_functions: dict[str, str]  # gradient_op_type -> saved gradient function
+
+    def source_names(self, mask: int) -> list[str]:
+        return [self.sources[i].name for i in self.source_tensor if mask >> i & 1]
+
+    def output_names(self, mask: int) -> list[str]:
+        return [self.outputs[j].name for j in self.output_tensor if mask >> j & 1]
+
+    def op_masks(self, node: OpNode) -> tuple[int, int]:
+        """(sources reaching the op by value, outputs its results reach by value)."""
+        src = 0
+        for t, _ in node.inputs:
+            src |= self.reach_value[t]
+        out = 0
+        for o in node.outputs:
+            out |= self.to_output_value[o]
+        return src, out
+
+
+def cut_rule(node: OpNode, g: Dataflow) -> str:
+    t = node.ref.op_type
+    if t in PYFUNC_OPS:
+        return "py-function"
+    if t in STOP_OPS:
+        return "stop-gradient"
+    if not node.known:
+        return "unknown-op"
+    if node.custom_gradient:
+        return "custom-gradient"
+    if node.grad_kind is GradKind.MISSING:
+        return "no-gradient"
+    if t == "Cast":
+        return "integer-path"
+    if node.grad_kind is GradKind.NOT_DIFFERENTIABLE:
+        return "not-differentiable" if any(carries_gradient(g.dtype[o]) for o in node.outputs) else "integer-path"
+    return "zero-gradient"
+
+
+def _value_to_outputs(g: Dataflow, order, to_out: list[int]) -> list[int]:
+    """For non-float tensors: the outputs their *value* reaches by being converted back into a float
+    (Cast, a Select condition), possibly after integer arithmetic. Shapes and indices do not count."""
+    masks = [0] * len(g.dtype)
+    is_op = g.ops
+    for a in reversed(order.nodes):
+        if a in is_op:
+            m = 0
+            for o in is_op[a].outputs:
+                if not carries_gradient(g.dtype[o]):
+                    m |= masks[o]
+            masks[a] = m
+        elif not carries_gradient(g.dtype[a]):
+            m = 0
+            for b, f in zip(g.succ[a], g.flags[a]):
+                if f & CONVERT:
+                    m |= to_out[b]
+                elif f & VALUE:
+                    m |= masks[b]
+            masks[a] = m
+    return masks
+
+
+def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) -> StaticAnalysis:
+    builder = DataflowBuilder(model.library, oracle, GradFnAnalyzer(model.library, oracle))
+    if sig.nodes is not None:
+        outs = builder.add_graph_nodes(sig.nodes)
+
+        def tensor(name: str) -> int:
+            node, _, idx = name.partition(":")
+            return outs[node][int(idx or 0)]
+
+        var_tensors = {outs[n][0]: v for n, v in sig.variables.items() if n in outs and outs[n]}
+    else:
+        args = builder.new_arg_tensors(sig.function)
+        rets = builder.add_function(sig.function, args)
+        fdef = model.library.functions[sig.function]
+        by_name = {a.name: t for a, t in zip(fdef.signature.input_arg, args)}
+        by_name |= {a.name: t for a, t in zip(fdef.signature.output_arg, rets)}
+
+        def tensor(name: str) -> int:
+            return by_name[name]
+
+        var_tensors = {by_name[n]: v for n, v in sig.variables.items()}
+    g = builder.g
+
+    sources: list[Source] = []
+    source_tensor: dict[int, int] = {}
+    for spec in sig.inputs:
+        diff = carries_gradient(spec.dtype) and spec.dtype != DT_RESOURCE
+        if diff:
+            source_tensor[len(sources)] = tensor(spec.tensor)
+        sources.append(Source(spec.name, "input", dtype_name(spec.dtype), spec.shape, diff))
+    for t, v in sorted(var_tensors.items(), key=lambda kv: kv[1].name):
+        if v.trainable:
+            source_tensor[len(sources)] = t
+            sources.append(Source(v.name, "variable", dtype_name(v.dtype), v.shape, is_float(v.dtype)))
+    outputs = [Output(o.name, dtype_name(o.dtype), o.shape) for o in sig.outputs]
+    output_tensor = {j: tensor(o.tensor) for j, o in enumerate(sig.outputs) if is_float(o.dtype)}
+
+    order = topological_order(g)
+    seeds = {t: 1 << i for i, t in source_tensor.items()}
+    F = forward_masks(g, seeds, VALUE, order)
+    G = forward_masks(g, seeds, GRAD, order)
+    out_seeds: dict[int, int] = {}
+    for j, t in output_tensor.items():
+        out_seeds[t] = out_seeds.get(t, 0) | 1 << j
+    B = backward_masks(g, out_seeds, VALUE, order)
+    C = backward_masks(g, out_seeds, GRAD, order)
+    V = _value_to_outputs(g, order, B)
+
+    status: dict[tuple[int, int], str] = {}
+    for i in source_tensor:
+        for j, t in output_tensor.items():
+            status[i, j] = ("connected" if G[t] >> i & 1 else "blocked" if F[t] >> i & 1 else "disconnected")
+
+    cuts: dict[OpRef, OpCut] = {}
+    loose: dict[OpRef, list[tuple[OpNode, int, int]]] = {}
+    for node in g.ops.values():
+        if node.custom_gradient and node.custom_gradient_saved:
+            continue
+        src = 0
+        for t, f in node.inputs:
+            if not f & GRAD and carries_gradient(g.dtype[t]):
+                src |= G[t]
+        if not src:
+            continue
+        grad_out = value_out = any_out = 0
+        for o in node.outputs:
+            grad_out |= C[o]
+            value_out |= V[o] if not carries_gradient(g.dtype[o]) else 0
+            any_out |= B[o]
+        for i in source_tensor:
+            if not src >> i & 1:
+                continue
+            for j in output_tensor:
+                pair = (i, j)
+                if grad_out >> j & 1 or (value_out >> j & 1 and status[pair] == "blocked"):
+                    cut = cuts.get(node.ref) or cuts.setdefault(node.ref, OpCut(node, cut_rule(node, g)))
+                    (cut.partial_pairs if status[pair] == "connected" else cut.blocked_pairs).add(pair)
+                elif any_out >> j & 1 and status[pair] == "blocked":
+                    loose.setdefault(node.ref, []).append((node, i, j))
+    named = {p for c in cuts.values() for p in c.blocked_pairs}
+    for ref, entries in loose.items():  # a blocked pair with no cut found above: name any cut on it
+        for node, i, j in entries:
+            if (i, j) not in named:
+                cut = cuts.get(ref) or cuts.setdefault(ref, OpCut(node, cut_rule(node, g)))
+                cut.blocked_pairs.add((i, j))
+
+    flow = []
+    for i in source_tensor:
+        for j in output_tensor:
+            blocked_by = tuple(Cut(ref, c.rule) for ref, c in sorted(cuts.items(), key=lambda kv: (
+                kv[0].function, kv[0].op_name)) if (i, j) in c.blocked_pairs)
+            flow.append(FlowEntry(sources[i].name, outputs[j].name, status[i, j], blocked_by))
+
+    captured = {v.name for v in sig.variables.values()}
+    uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]
+    return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, F, G, B, C, flow, cuts,
+                          list({v.name: v for v in uncaptured}.values()), model.library.registered_gradients)

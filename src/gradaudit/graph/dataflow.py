@@ -1,0 +1,277 @@
+"""The inlined dataflow graph: every op of a root graph or function, with function calls, While loops,
+If and Case branches inlined, as tensor and op nodes joined by edges that say what they carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model import OpRef
+from .dtypes import DT_INVALID, carries_gradient
+from .gradients import GradientOracle, GradKind, registry_kind
+from .library import Library, OutputLayout, function_attrs
+
+# Edge flags
+VALUE = 1  # the target's value depends on the source's value
+GRAD = 2  # a gradient reaching the target flows back to the source
+CONVERT = 4  # a non-float value enters a float result as data (Cast, Select condition)
+BACK = 8  # a While loop's carried value (body result back to body argument)
+
+CALL_OPS = {"PartitionedCall", "StatefulPartitionedCall"}
+WHILE_OPS = {"While", "StatelessWhile", "_While"}
+IF_OPS = {"If", "StatelessIf", "_If"}
+CASE_OPS = {"Case", "StatelessCase"}
+# Ops whose result depends on the shape of their input, not on its values.
+METADATA_OPS = {"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike", "VariableShape",
+                "TensorListLength", "TensorListElementShape"}
+CONVERTING_INPUTS = {"Cast": (0,), "Select": (0,), "SelectV2": (0,), "OneHot": (0,), "Bitcast": (0,)}
+TOP = "<graph>"
+
+
+@dataclass
+class OpNode:
+    ref: OpRef
+    inputs: list[tuple[int, int]]  # (tensor id, edge flags)
+    outputs: list[int]
+    grad_kind: GradKind | None  # None for ops with a custom gradient or an unknown type
+    custom_gradient: str | None = None  # gradient_op_type when the op's gradient is overridden
+    custom_gradient_saved: bool = True
+    known: bool = True
+
+
+@dataclass
+class Dataflow:
+    dtype: list[int] = field(default_factory=list)  # per node; DT_INVALID for op nodes
+    succ: list[list[int]] = field(default_factory=list)
+    flags: list[list[int]] = field(default_factory=list)
+    ops: dict[int, OpNode] = field(default_factory=dict)
+    has_back_edges: bool = False
+
+    def new_node(self, dtype: int = DT_INVALID) -> int:
+        self.dtype.append(dtype)
+        self.succ.append([])
+        self.flags.append([])
+        return len(self.dtype) - 1
+
+    def edge(self, a: int, b: int, flags: int) -> None:
+        if flags:
+            self.succ[a].append(b)
+            self.flags[a].append(flags)
+            if flags & BACK:
+                self.has_back_edges = True
+
+    def alias(self, a: int, b: int, extra: int = 0) -> None:
+        """b takes a's value (function argument or result, loop variable)."""
+        self.edge(a, b, VALUE | (GRAD if carries_gradient(self.dtype[a]) else 0) | extra)
+
+
+def _parse_ref(ref: str, in_function: bool) -> tuple[str, str | None, int] | None:
+    """`node:out_arg:idx` (FunctionDef) or `node:idx` (GraphDef) -> (node, out_arg, idx); None for ^ctrl."""
+    if ref.startswith("^"):
+        return None
+    parts = ref.split(":")
+    if in_function:
+        if len(parts) == 1:
+            return parts[0], None, 0  # a function argument
+        if len(parts) == 3:
+            return parts[0], parts[1], int(parts[2])
+        return parts[0], parts[1], 0
+    return parts[0], None, int(parts[1]) if len(parts) > 1 else 0
+
+
+class DataflowBuilder:
+    """Builds a Dataflow from a root GraphDef (a signature's nodes) or a root FunctionDef."""
+
+    def __init__(self, library: Library, oracle: GradientOracle,
+                 grad_fn_deps: "GradFnAnalyzer | None" = None, max_nodes: int = 5_000_000):
+        self.lib = library
+        self.oracle = oracle
+        self.g = Dataflow()
+        self.grad_fn_deps = grad_fn_deps
+        self.max_nodes = max_nodes
+        self._stack: list[str] = []
+
+    # -- roots -----------------------------------------------------------------------------
+    def add_graph_nodes(self, nodes) -> dict[str, list[int]]:
+        """Wire top-level GraphDef nodes (flat `node:idx` references); returns node -> output tensors."""
+        return self._wire_nodes(list(nodes), TOP, {}, in_function=False)[0]
+
+    def add_function(self, name: str, args: list[int]) -> list[int]:
+        """Inline function `name` with its arguments bound to `args`; returns its result tensors."""
+        fdef = self.lib.functions[name]
+        if name in self._stack:
+            raise RecursionError(f"function {name} calls itself")
+        self._stack.append(name)
+        try:
+            bound = {a.name: [t] for a, t in zip(fdef.signature.input_arg, args)}
+            outs, layouts = self._wire_nodes(list(fdef.node_def), name, bound, in_function=True)
+            return [self._resolve_parsed(_parse_ref(fdef.ret[arg.name], True), outs, layouts)
+                    for arg in fdef.signature.output_arg]
+        finally:
+            self._stack.pop()
+
+    def new_arg_tensors(self, fdef_name: str, call_node=None) -> list[int]:
+        fdef = self.lib.functions[fdef_name]
+        return [self.g.new_node(d) for d in self.lib.input_dtypes(fdef, call_node)]
+
+    # -- wiring ----------------------------------------------------------------------------
+    def _wire_nodes(self, nodes, fname: str, bound: dict[str, list[int]], in_function: bool):
+        g = self.g
+        outs: dict[str, list[int]] = dict(bound)
+        layouts: dict[str, OutputLayout] = {}
+        for node in nodes:
+            layout = self.lib.layout(node)
+            layouts[node.name] = layout
+            outs[node.name] = [g.new_node(d) for d in layout.dtypes]
+        if len(g.dtype) > self.max_nodes:
+            raise MemoryError("graph too large to inline")
+        for node in nodes:
+            inputs = []
+            for ref in node.input:
+                parsed = _parse_ref(ref, in_function)
+                if parsed is not None:
+                    inputs.append(self._resolve_parsed(parsed, outs, layouts))
+            self._wire_node(node, fname, inputs, outs[node.name], layouts[node.name])
+        return outs, layouts
+
+    def _resolve_parsed(self, parsed, outs, layouts: dict[str, OutputLayout]) -> int:
+        name, arg, idx = parsed
+        layout = layouts.get(name)
+        tensors = outs.get(name)
+        if tensors is None:
+            raise ValueError(f"input refers to unknown node {name!r}")
+        flat = idx
+        if arg is not None and layout is not None and layout.known:
+            if arg not in layout.arg_offsets:
+                raise ValueError(f"node {name!r} has no output {arg!r}")
+            flat = layout.arg_offsets[arg] + idx
+        while flat >= len(tensors):  # outputs of an op type unknown here: made on demand
+            tensors.append(self.g.new_node(DT_INVALID))
+        return tensors[flat]
+
+    def _wire_node(self, node, fname: str, inputs: list[int], outputs: list[int], layout) -> None:
+        g = self.g
+        op_type = node.op
+        if op_type in self.lib.functions or op_type in CALL_OPS:
+            callee = op_type if op_type in self.lib.functions else node.attr["f"].func.name
+            if callee in self.lib.functions:
+                args = self.new_arg_tensors(callee, node)
+                for t, a in zip(inputs, args):
+                    g.alias(t, a)
+                for r, o in zip(self.add_function(callee, args), outputs):
+                    g.alias(r, o)
+                return
+        if op_type in WHILE_OPS:
+            body, cond = node.attr["body"].func.name, node.attr["cond"].func.name
+            args = self.new_arg_tensors(body, node)
+            for t, a in zip(inputs, args):
+                g.alias(t, a)
+            for r, a in zip(self.add_function(body, args), args):
+                g.alias(r, a, BACK)
+            for a, o in zip(args, outputs):
+                g.alias(a, o)
+            self.add_function(cond, args)  # walked for its ops; its bool result carries no gradient
+            return
+        if op_type in IF_OPS or op_type in CASE_OPS:
+            branches = ([node.attr["then_branch"].func.name, node.attr["else_branch"].func.name]
+                        if op_type in IF_OPS else [f.name for f in node.attr["branches"].list.func])
+            for branch in branches:
+                args = self.new_arg_tensors(branch, node)
+                for t, a in zip(inputs[1:], args):
+                    g.alias(t, a)
+                for r, o in zip(self.add_function(branch, args), outputs):
+                    g.alias(r, o)
+            for o in outputs:
+                g.edge(inputs[0], o, VALUE | CONVERT)
+            return
+        if op_type == "IdentityN" and "_gradient_op_type" not in node.attr:
+            for t, o in zip(inputs, outputs):
+                g.alias(t, o)
+            return
+        self._wire_op(node, fname, inputs, outputs, layout)
+        # Functions named by other attrs (dataset map functions, ...) are walked for their ops only.
+        for _, names in function_attrs(node):
+            for name in names:
+                if name in self.lib.functions and name not in self._stack:
+                    self.add_function(name, self.new_arg_tensors(name))
+
+    def _wire_op(self, node, fname, inputs, outputs, layout) -> None:
+        g = self.g
+        op_type = node.op
+        ref = OpRef(op_type, node.name, fname)
+        gradient_op_type = node.attr["_gradient_op_type"].s.decode() if "_gradient_op_type" in node.attr else None
+        if gradient_op_type:
+            self._wire_custom_gradient(node, ref, inputs, outputs, gradient_op_type)
+            return
+        op_id = g.new_node()
+        value = 0 if op_type in METADATA_OPS else VALUE
+        in_dtypes = tuple(g.dtype[t] for t in inputs)
+        if not layout.known:
+            kind, passes = None, (False,) * len(inputs)
+        elif any(carries_gradient(d) for d in in_dtypes):
+            info = self.oracle.info(op_type, in_dtypes, layout.dtypes, node.attr)
+            kind, passes = info.kind, info.passes
+        else:
+            kind, passes = registry_kind(op_type), (False,) * len(inputs)
+        conv = CONVERTING_INPUTS.get(op_type, ())
+        op_inputs = []
+        for i, t in enumerate(inputs):
+            flags = value | (GRAD if passes[i] and carries_gradient(g.dtype[t]) else 0)
+            if i in conv and not carries_gradient(g.dtype[t]):
+                flags |= CONVERT
+            g.edge(t, op_id, flags)
+            op_inputs.append((t, flags))
+        for o in outputs:
+            g.edge(op_id, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
+        g.ops[op_id] = OpNode(ref, op_inputs, list(outputs), kind, known=layout.known)
+
+    def _wire_custom_gradient(self, node, ref, inputs, outputs, gradient_op_type) -> None:
+        """A custom gradient: output k's gradient goes to the inputs its saved gradient function
+        makes depend on upstream gradient k (the function's results map to the last inputs).
+        Each output gets a node of its own, because the gradient mapping differs per output."""
+        g = self.g
+        grad_fn = self.lib.registered_gradients.get(gradient_op_type)
+        saved = grad_fn is not None and grad_fn in self.lib.functions
+        deps = self.grad_fn_deps.dependencies(grad_fn) if saved and self.grad_fn_deps else None
+        n_in = len(inputs)
+        identity = node.op == "IdentityN"
+        for k, o in enumerate(outputs):
+            pseudo = g.new_node()
+            flags = {t: 0 for t in inputs}
+            for t in ([inputs[k]] if identity and k < n_in else inputs):
+                flags[t] |= VALUE
+            if deps is not None and k < len(deps):
+                n_ret = len(deps[k])
+                for j, dep in enumerate(deps[k]):
+                    idx = n_in - n_ret + j
+                    if dep and 0 <= idx < n_in and carries_gradient(g.dtype[inputs[idx]]):
+                        flags[inputs[idx]] |= GRAD
+            elif saved:  # saved but not analysable: assume every float input gets a gradient
+                for t in inputs:
+                    if carries_gradient(g.dtype[t]):
+                        flags[t] |= GRAD
+            for t, f in flags.items():
+                g.edge(t, pseudo, f)
+            g.edge(pseudo, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
+            g.ops[pseudo] = OpNode(ref, list(flags.items()), [o], None,
+                                   custom_gradient=gradient_op_type, custom_gradient_saved=saved)
+
+
+class GradFnAnalyzer:
+    """Which results of a saved gradient function depend on which of its arguments (upstream grads)."""
+
+    def __init__(self, library: Library, oracle: GradientOracle):
+        self.lib = library
+        self.oracle = oracle
+        self._cache: dict[str, list[list[bool]]] = {}
+
+    def dependencies(self, fn: str) -> list[list[bool]]:
+        """deps[k][j]: result j of `fn` depends on the value of argument k."""
+        if fn not in self._cache:
+            from .reach import forward_masks  # noqa: PLC0415 - reach imports this module
+
+            b = DataflowBuilder(self.lib, self.oracle, self)
+            args = b.new_arg_tensors(fn)
+            rets = b.add_function(fn, args)
+            masks = forward_masks(b.g, {t: 1 << k for k, t in enumerate(args)}, VALUE)
+            self._cache[fn] = [[bool(masks[r] >> k & 1) for r in rets] for k in range(len(args))]
+        return self._cache[fn]

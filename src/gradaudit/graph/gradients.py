@@ -1,0 +1,113 @@
+"""Ask TensorFlow's own gradient registry which inputs of an op receive a gradient.
+
+For a registered gradient we build a replica of the op in a scratch graph, call the registered
+function, and look at each input's result: None, or a tensor that does not depend on the incoming
+gradient (a gradient is linear in it, so such a result is identically zero), means the input
+gets no gradient. This follows the installed TensorFlow, not a list frozen to one version.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+from dataclasses import dataclass
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.framework import indexed_slices, ops
+
+from .dtypes import DT_INVALID, carries_gradient
+
+log = logging.getLogger(__name__)
+
+
+class GradKind(str, enum.Enum):
+    REGISTERED = "registered"
+    NOT_DIFFERENTIABLE = "not_differentiable"  # registered as None: tf.NotDifferentiable
+    MISSING = "missing"  # no entry: differentiating raises LookupError
+
+
+@dataclass(frozen=True)
+class GradInfo:
+    kind: GradKind
+    passes: tuple[bool, ...]  # per input: does a (non-zero) gradient reach it
+    verified: bool  # False when the replica could not be built and we assumed the gradient passes
+
+
+@functools.lru_cache(maxsize=None)
+def registry_kind(op_type: str) -> GradKind:
+    try:
+        fn = ops._gradient_registry.lookup(op_type)  # noqa: SLF001 - TF has no public accessor
+    except LookupError:
+        return GradKind.MISSING
+    return GradKind.NOT_DIFFERENTIABLE if fn is None else GradKind.REGISTERED
+
+
+def _depends_on(tensor: tf.Tensor, targets: set) -> bool:
+    if tensor.ref() in targets:
+        return True
+    seen = set()
+    stack = [tensor.op]
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        for t in op.inputs:
+            if t.ref() in targets:
+                return True
+            stack.append(t.op)
+    return False
+
+
+class GradientOracle:
+    """Cached answers to "does op type T, with these dtypes, pass a gradient to input i?"."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, GradInfo] = {}
+
+    def info(self, op_type: str, in_dtypes: tuple[int, ...], out_dtypes: tuple[int, ...],
+             attrs) -> GradInfo:
+        kind = registry_kind(op_type)
+        if kind is not GradKind.REGISTERED:
+            return GradInfo(kind, (False,) * len(in_dtypes), True)
+        key = (op_type, in_dtypes, out_dtypes)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._probe(op_type, in_dtypes, out_dtypes, attrs)
+            self._cache[key] = found
+        return found
+
+    def _probe(self, op_type, in_dtypes, out_dtypes, attrs) -> GradInfo:
+        assumed = GradInfo(GradKind.REGISTERED, tuple(carries_gradient(d) for d in in_dtypes), False)
+        if DT_INVALID in in_dtypes or DT_INVALID in out_dtypes:
+            return assumed
+        grad_fn = ops._gradient_registry.lookup(op_type)  # noqa: SLF001
+        graph = tf.Graph()
+        try:
+            with graph.as_default():
+                inputs = [tf.compat.v1.placeholder(tf.dtypes.as_dtype(d if d < 100 else d - 100))
+                          for d in in_dtypes]
+                clean = {k: v for k, v in attrs.items() if not k.startswith("_")
+                         and not v.HasField("placeholder")}
+                op = graph._create_op_internal(  # noqa: SLF001 - replica of a saved node
+                    op_type, inputs, dtypes=[tf.dtypes.as_dtype(d) for d in out_dtypes],
+                    attrs={k: attr_value_pb2.AttrValue.FromString(v.SerializeToString())
+                           for k, v in clean.items()})
+                grads = [tf.compat.v1.placeholder(tf.dtypes.as_dtype(d)) if carries_gradient(d) else None
+                         for d in out_dtypes]
+                result = grad_fn(op, *grads)
+        except Exception as exc:  # noqa: BLE001 - any failure: fall back to the dtype rule
+            log.debug("gradient replica of %s failed: %s", op_type, exc)
+            return assumed
+        if not isinstance(result, (list, tuple)):
+            result = [result]
+        targets = {g.ref() for g in grads if g is not None}
+        passes = []
+        for i, dtype in enumerate(in_dtypes):
+            g = result[i] if i < len(result) else None
+            if isinstance(g, indexed_slices.IndexedSlices):
+                g = g.values
+            passes.append(bool(carries_gradient(dtype) and g is not None and _depends_on(g, targets)))
+        return GradInfo(GradKind.REGISTERED, tuple(passes), True)

@@ -1,0 +1,187 @@
+"""Data that crosses module boundaries: findings, sources, outputs, flow, numeric results, the Report."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 1, "warning": 2, "error": 3}[self.value]
+
+
+@dataclass(frozen=True)
+class OpRef:
+    """Where an op lives: its type, its node name and the function (or `<graph>`) that holds it."""
+
+    op_type: str
+    op_name: str
+    function: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    rule: str
+    severity: Severity
+    message: str
+    fix: str
+    op: OpRef | None = None
+    sources: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    # Set by configuration / baselines (issue 6); a suppressed finding never fails a run.
+    suppressed: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "code": self.code,
+            "rule": self.rule,
+            "severity": self.severity.value,
+            "message": self.message,
+            "op_type": self.op.op_type if self.op else None,
+            "op_name": self.op.op_name if self.op else None,
+            "function": self.op.function if self.op else None,
+            "sources": list(self.sources),
+            "outputs": list(self.outputs),
+            "fix": self.fix,
+        }
+        if self.suppressed:
+            d["suppressed"] = self.suppressed
+        return d
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    kind: str  # "input" | "variable"
+    dtype: str
+    shape: tuple[int | None, ...] | None
+    differentiable: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "shape": None if self.shape is None else list(self.shape),
+            "differentiable": self.differentiable,
+        }
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype,
+                "shape": None if self.shape is None else list(self.shape)}
+
+
+@dataclass(frozen=True)
+class Cut:
+    op: OpRef
+    rule: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op_type": self.op.op_type, "op_name": self.op.op_name,
+                "function": self.op.function, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class FlowEntry:
+    source: str
+    output: str
+    status: str  # "connected" | "blocked" | "disconnected"
+    blocked_by: tuple[Cut, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "output": self.output, "status": self.status,
+                "blocked_by": [c.to_dict() for c in self.blocked_by]}
+
+
+@dataclass(frozen=True)
+class NumericResult:
+    source: str
+    output: str
+    status: str  # "pass" | "fail" | "inconclusive" | "skipped" | "error"
+    rel_error: float | None
+    step: float | None
+    dtype: str | None
+    evaluations: int
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "output": self.output, "status": self.status,
+                "rel_error": self.rel_error, "step": self.step, "dtype": self.dtype,
+                "evaluations": self.evaluations, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class StabilityResult:
+    source: str
+    output: str
+    scale: float
+    status: str  # "ok" | "nonfinite_gradient" | "nonfinite_forward"
+    op_type: str | None = None
+    op_name: str | None = None
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "output": self.output, "scale": self.scale,
+                "status": self.status, "op_type": self.op_type, "op_name": self.op_name,
+                "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str
+    kind: str  # "saved_model" | "python" | "keras"
+    signature: str | None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class Report:
+    target: Target
+    sources: list[Source] = field(default_factory=list)
+    outputs: list[Output] = field(default_factory=list)
+    flow: list[FlowEntry] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    numeric: list[NumericResult] = field(default_factory=list)
+    stability: list[StabilityResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be checked, and why
+    seed: int | None = None
+
+    def summary(self) -> dict[str, int]:
+        counts = {s.value: 0 for s in Severity}
+        for f in self.findings:
+            if not f.suppressed:
+                counts[f.severity.value] += 1
+        return {"error": counts["error"], "warning": counts["warning"], "info": counts["info"]}
+
+    def worst(self) -> Severity | None:
+        active = [f.severity for f in self.findings if not f.suppressed]
+        return max(active, key=lambda s: s.rank) if active else None
+
+    def fails(self, fail_on: str = "error") -> bool:
+        """True when an active finding is at or above `fail_on` (error, warning, info, never)."""
+        if fail_on == "never":
+            return False
+        threshold = Severity(fail_on).rank
+        return any(f.severity.rank >= threshold for f in self.findings if not f.suppressed)
+
+    @property
+    def ok(self) -> bool:
+        return not self.fails("error")
+
+    def verdict(self, fail_on: str = "error") -> str:
+        return "fail" if self.fails(fail_on) else "pass"

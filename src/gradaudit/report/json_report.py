@@ -1,0 +1,61 @@
+"""The JSON report: the contract CI systems read (schema_version 1, see schema.json)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from ..model import Report
+
+SCHEMA_VERSION = 1
+
+
+def tool_info() -> dict[str, str]:
+    from .. import __version__
+
+    try:
+        import tensorflow as tf
+
+        tf_version = tf.__version__
+    except ImportError:  # pragma: no cover - TensorFlow is a dependency
+        tf_version = "unknown"
+    return {"name": "gradaudit", "version": __version__, "tensorflow": tf_version}
+
+
+def to_dict(report: Report, fail_on: str = "error") -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": tool_info(),
+        "target": {"path": report.target.path, "kind": report.target.kind,
+                   "signature": report.target.signature, "tags": list(report.target.tags)},
+        "verdict": report.verdict(fail_on),
+        "summary": report.summary(),
+        "sources": [s.to_dict() for s in report.sources],
+        "outputs": [o.to_dict() for o in report.outputs],
+        "flow": [f.to_dict() for f in report.flow],
+        "findings": [f.to_dict() for f in report.findings],
+        "numeric": [n.to_dict() for n in report.numeric],
+        "stability": [s.to_dict() for s in report.stability],
+        "notes": list(report.notes),
+        "seed": report.seed,
+    }
+
+
+def render(report: Report, fail_on: str = "error") -> str:
+    return json.dumps(to_dict(report, fail_on), indent=2) + "\n"
+
+
+def schema() -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath("schema.json").read_text(encoding="utf-8"))
+
+
+def render_many(reports: list[Report], fail_on: str = "error") -> str:
+    total = {"error": 0, "warning": 0, "info": 0}
+    for r in reports:
+        for k, v in r.summary().items():
+            total[k] += v
+    doc = {"schema_version": SCHEMA_VERSION, "tool": tool_info(),
+           "verdict": "fail" if any(r.fails(fail_on) for r in reports) else "pass",
+           "summary": total, "reports": [to_dict(r, fail_on) for r in reports]}
+    return json.dumps(doc, indent=2) + "\n"

@@ -1,0 +1,160 @@
+"""The report a person reads in a terminal (rich): sources, outputs, flow matrix, findings, verdict."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..model import FlowEntry, Report, Severity
+
+MAX_ROWS = 24  # above this many variables, rows whose flow is all-connected are summarised
+_SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_NUM_STYLE = {"pass": "green", "fail": "bold red", "inconclusive": "yellow", "skipped": "dim", "error": "red"}
+
+
+def _shape(shape) -> str:
+    return "?" if shape is None else "[" + ", ".join("None" if d is None else str(d) for d in shape) + "]"
+
+
+def _cell(entry: FlowEntry | None) -> Text:
+    if entry is None:
+        return Text("")
+    if entry.status == "connected":
+        return Text("connected", style="green")
+    if entry.status == "disconnected":
+        return Text("no path", style="dim")
+    ops = sorted({c.op.op_type for c in entry.blocked_by}) or ["?"]
+    return Text("blocked: " + ", ".join(ops), style="bold red")
+
+
+def _flow_table(report: Report) -> RenderableType:
+    outputs = [o.name for o in report.outputs if any(f.output == o.name for f in report.flow)]
+    cells = {(f.source, f.output): f for f in report.flow}
+    sources = [s for s in report.sources if s.differentiable]
+    table = Table(title="Gradient flow: source (row) to output (column)", title_justify="left")
+    table.add_column("source")
+    for o in outputs:
+        table.add_column(o)
+    hidden = 0
+    many = sum(s.kind == "variable" for s in sources) > MAX_ROWS
+    for s in sources:
+        row = [cells.get((s.name, o)) for o in outputs]
+        if many and s.kind == "variable" and all(e is not None and e.status == "connected" for e in row):
+            hidden += 1
+            continue
+        table.add_row(s.name + (" (var)" if s.kind == "variable" else ""), *[_cell(e) for e in row])
+    if hidden:
+        table.add_row(Text(f"{hidden} more variables", style="italic"),
+                      *[Text("connected", style="green") for _ in outputs])
+    return table
+
+
+def _sources_table(report: Report) -> RenderableType:
+    table = Table(title="Sources and outputs", title_justify="left")
+    for col in ("name", "kind", "dtype", "shape", "gradient"):
+        table.add_column(col)
+    variables = [s for s in report.sources if s.kind == "variable"]
+    for s in report.sources:
+        if s.kind == "variable" and len(variables) > MAX_ROWS:
+            continue
+        table.add_row(s.name, s.kind, s.dtype, _shape(s.shape),
+                      "differentiable" if s.differentiable else Text("not differentiable (by dtype)", style="dim"))
+    if len(variables) > MAX_ROWS:
+        table.add_row(f"{len(variables)} trainable variables", "variable",
+                      ", ".join(sorted({v.dtype for v in variables})), "", "differentiable")
+    for o in report.outputs:
+        table.add_row(o.name, "output", o.dtype, _shape(o.shape), "")
+    return table
+
+
+def _findings(report: Report) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO):
+        group = [f for f in report.findings if f.severity is sev and not f.suppressed]
+        if not group:
+            continue
+        out.append(Text(f"{sev.value.upper()}S ({len(group)})", style=_SEV_STYLE[sev]))
+        for f in group:
+            out.append(Text.assemble((f"  {f.code} ", _SEV_STYLE[sev]), (f.rule, "bold")))
+            out.append(Text("    " + f.message))
+            out.append(Text("    fix: " + f.fix, style="green"))
+    suppressed = [f for f in report.findings if f.suppressed]
+    if suppressed:
+        out.append(Text(f"{len(suppressed)} finding(s) suppressed or in the baseline", style="dim"))
+    return out
+
+
+def _numeric_table(report: Report) -> RenderableType:
+    table = Table(title=f"Numeric gradient checks (seed {report.seed})", title_justify="left")
+    for col in ("source", "output", "status", "rel. error", "step", "dtype", "evals", "reason"):
+        table.add_column(col)
+    for n in report.numeric:
+        table.add_row(n.source, n.output, Text(n.status, style=_NUM_STYLE.get(n.status, "")),
+                      "" if n.rel_error is None else f"{n.rel_error:.2e}",
+                      "" if n.step is None else f"{n.step:.1e}", n.dtype or "", str(n.evaluations),
+                      n.reason or "")
+    return table
+
+
+def _stability_table(report: Report) -> RenderableType:
+    scales = sorted({s.scale for s in report.stability})
+    table = Table(title="Stability probes (rows: source -> output, columns: input scale)", title_justify="left")
+    table.add_column("source -> output")
+    for sc in scales:
+        table.add_column(f"{sc:g}")
+    cells = {(s.source, s.output, s.scale): s for s in report.stability}
+    for src, out in dict.fromkeys((s.source, s.output) for s in report.stability):
+        row = []
+        for sc in scales:
+            s = cells.get((src, out, sc))
+            row.append(Text("") if s is None else Text("ok", style="green") if s.status == "ok" else
+                       Text("NaN/Inf grad" if s.status == "nonfinite_gradient" else "NaN/Inf fwd",
+                            style="bold red" if s.status == "nonfinite_gradient" else "yellow"))
+        table.add_row(f"{src} -> {out}", *row)
+    return table
+
+
+def renderables(report: Report, fail_on: str = "error") -> list[RenderableType]:
+    t = report.target
+    parts: list[RenderableType] = [
+        Text.assemble(("gradaudit ", "bold"), t.path, f"  ({t.kind}, signature {t.signature}, "
+                      f"tags {','.join(t.tags) or '-'})"),
+        _sources_table(report),
+    ]
+    if report.flow:
+        parts.append(_flow_table(report))
+    else:
+        parts.append(Text("No (differentiable source, float output) pair to check.", style="yellow"))
+    parts.extend(_findings(report) or [Text("No findings.", style="green")])
+    if report.numeric:
+        parts.append(_numeric_table(report))
+    if report.stability:
+        parts.append(_stability_table(report))
+    for note in report.notes:
+        parts.append(Text("note: " + note, style="yellow"))
+    parts.append(verdict_line(report, fail_on))
+    return parts
+
+
+def verdict_line(report: Report, fail_on: str = "error") -> Text:
+    c = report.summary()
+    counts = f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} info"
+    statuses = Counter(f.status for f in report.flow)
+    flow = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+    verdict = report.verdict(fail_on)
+    return Text.assemble((f"{verdict.upper()}", "bold red" if verdict == "fail" else "bold green"),
+                         f": {counts}; flow: {flow or 'none'} (fail-on: {fail_on})")
+
+
+def print_report(report: Report, console: Console, fail_on: str = "error") -> None:
+    console.print(Group(*renderables(report, fail_on)))
+
+
+def render_plain(report: Report, fail_on: str = "error") -> str:
+    buf = io.StringIO()
+    print_report(report, Console(file=buf, width=120, color_system=None, force_terminal=False), fail_on)
+    return buf.getvalue()

@@ -1,0 +1,19 @@
+"""The one registry of rules. A new rule goes in its family module and that module's RULES tuple."""
+
+from __future__ import annotations
+
+from .base import DOC_SECTIONS, Rule
+from . import flow as _flow
+from . import numeric as _numeric
+
+ALL_RULES: tuple[Rule, ...] = (*_flow.RULES, *_numeric.RULES)
+
+_BY_KEY = {r.code.lower(): r for r in ALL_RULES} | {r.slug: r for r in ALL_RULES}
+
+
+def get_rule(code_or_slug: str) -> Rule:
+    """Rule by code (`GA101`) or slug (`zero-gradient`); KeyError when unknown."""
+    return _BY_KEY[code_or_slug.strip().lower()]
+
+
+__all__ = ["ALL_RULES", "DOC_SECTIONS", "Rule", "get_rule"]

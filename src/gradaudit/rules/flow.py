@@ -1,0 +1,340 @@
+"""GA1xx: static gradient-flow rules, decided from the graph and TensorFlow's gradient registry."""
+
+from __future__ import annotations
+
+from ..model import Severity
+from .base import Rule, rule
+
+
+@rule("GA101", "no-gradient", Severity.ERROR,
+      fix="Register a gradient for this op type (tf.RegisterGradient), wrap the computation in "
+          "tf.custom_gradient, or replace the op with differentiable TensorFlow ops.")
+class NoGradient:
+    """An op with no registered gradient lies on a path from a source to an output.
+
+    ## What it does
+    Finds ops whose type has no entry in TensorFlow's gradient registry (differentiating
+    through them raises `LookupError: No gradient defined for operation ...`) and that sit
+    between a differentiable source and an output.
+
+    ## Why is this bad?
+    Training fails at the first `tape.gradient` call. With a loaded SavedModel the error is
+    raised by the function call itself, and it breaks the gradients of every variable of
+    that function, not only those on the cut path.
+
+    ## Example
+    ```python
+    y = tf.raw_ops.Mod(x=x, y=3.0)   # Mod has no registered gradient
+    ```
+
+    ## Use instead
+    ```python
+    y = tf.math.floormod(x, 3.0)     # FloorMod has a gradient
+    ```
+    or give the op a gradient with `tf.RegisterGradient("Mod")` / `tf.custom_gradient`.
+    """
+
+
+@rule("GA102", "not-differentiable", Severity.ERROR,
+      fix="Use a differentiable formulation, or if the cut is intended, make it explicit with "
+          "tf.stop_gradient and ignore this op in the configuration.")
+class NotDifferentiable:
+    """An op registered with `tf.NotDifferentiable` cuts a path from a source to an output.
+
+    ## What it does
+    Finds ops whose type is registered as not differentiable (its gradient entry is `None`),
+    whose input comes from a differentiable source and whose output reaches an output.
+
+    ## Why is this bad?
+    TensorFlow silently returns no gradient through such an op: the part of the model
+    before it never learns from that output, and no error tells you.
+
+    ## Example
+    ```python
+    noisy = x + tf.random.stateless_uniform(tf.shape(x), seed=[1, 2])
+    y = tf.raw_ops.CheckNumericsV2(...)  # fine; but e.g. a NotDifferentiable custom op is not
+    ```
+
+    ## Use instead
+    A differentiable op with the same forward meaning, or an explicit `tf.stop_gradient`
+    when the cut is intended.
+    """
+
+
+@rule("GA103", "zero-gradient", Severity.ERROR,
+      fix="Use a smooth surrogate (softmax instead of argmax, a straight-through estimator "
+          "x + tf.stop_gradient(tf.round(x) - x) instead of round).")
+class ZeroGradient:
+    """A piecewise-constant op (argmax, round, floor, sign, ...) cuts a path: its gradient is None or zero.
+
+    ## What it does
+    Builds a replica of the op and calls the gradient TensorFlow registered for it. When
+    that gradient is `None`, or does not depend on the incoming gradient at all (so it is
+    identically zero), and the op lies on a path from a source to an output, the path is cut.
+
+    ## Why is this bad?
+    The function is flat almost everywhere: gradient descent gets zero signal through it,
+    and whatever comes before it stops learning from that output.
+
+    ## Example
+    ```python
+    cls = tf.cast(tf.argmax(logits, -1), tf.float32)   # no gradient reaches logits
+    q = tf.round(x * 127.0) / 127.0                     # zero gradient w.r.t. x
+    ```
+
+    ## Use instead
+    ```python
+    probs = tf.nn.softmax(logits)                       # differentiable scores
+    q = x + tf.stop_gradient(tf.round(x * 127.0) / 127.0 - x)   # straight-through
+    ```
+    """
+
+
+@rule("GA104", "integer-path", Severity.ERROR,
+      fix="Keep the value in floating point (use tf.round / a straight-through estimator "
+          "instead of a cast to int), or compute this output from float tensors.")
+class IntegerPath:
+    """A float value derived from a source is converted to an integer or bool, and the result reaches a float output.
+
+    ## What it does
+    Follows values, not shapes: a `Cast` to an integer or a comparison producing a bool on a
+    path whose integer result is turned back into a float output. Integer tensors that only
+    hold shapes, sizes or indices are not reported.
+
+    ## Why is this bad?
+    Gradients only travel along floating-point tensors: the conversion cuts the path, and
+    the output looks differentiable while it is not.
+
+    ## Example
+    ```python
+    q = tf.cast(tf.cast(x * 127.0, tf.int32), tf.float32) / 127.0
+    ```
+
+    ## Use instead
+    ```python
+    q = x + tf.stop_gradient(tf.round(x * 127.0) / 127.0 - x)
+    ```
+    """
+
+
+@rule("GA105", "py-function", Severity.ERROR,
+      fix="Rewrite the Python body with TensorFlow ops; a PyFunc body is not saved, so the "
+          "loaded model can neither run nor differentiate it.")
+class PyFunction:
+    """`tf.numpy_function` / `tf.py_function` (PyFunc, PyFuncStateless, EagerPyFunc) in the audited function.
+
+    ## What it does
+    Reports every Python-function op reachable from the audited signature.
+
+    ## Why is this bad?
+    The Python body is not part of the SavedModel: after loading, calling the model fails
+    ("Could not find callback with key=pyfunc_0"), and `tf.numpy_function` never had a
+    gradient in the first place.
+
+    ## Example
+    ```python
+    y = tf.numpy_function(np.sinh, [x], tf.float32) + x
+    ```
+
+    ## Use instead
+    ```python
+    y = tf.math.sinh(x) + x
+    ```
+    """
+
+
+@rule("GA106", "stop-gradient", Severity.INFO,
+      fix="Nothing to do if the cut is intended; otherwise remove tf.stop_gradient.")
+class StopGradient:
+    """`tf.stop_gradient` (StopGradient / PreventGradient) cuts a path from a source to an output.
+
+    ## What it does
+    Reports explicit gradient stops on paths that would otherwise carry a gradient.
+
+    ## Why is this bad?
+    Usually it is not: stop_gradient is how straight-through estimators and target networks
+    are written. It is listed so that a reader can check each cut is intended.
+
+    ## Example
+    ```python
+    y = tf.stop_gradient(encoder(x))
+    ```
+
+    ## Use instead
+    Keep it if intended; remove it where the gradient is wanted.
+    """
+
+
+@rule("GA107", "custom-gradient", Severity.INFO,
+      fix="Save the model with tf.saved_model.SaveOptions(experimental_custom_gradients=True) "
+          "so the custom gradient travels with it; check it numerically.")
+class CustomGradient:
+    """A `tf.custom_gradient` replaces an op's gradient.
+
+    ## What it does
+    Finds ops carrying a `_gradient_op_type` attribute. The saved gradient function (listed
+    in the function library's `registered_gradients`) is analysed in place of the op's own
+    gradient. Info when it was saved; error when it was not, because the loaded model then
+    cannot compute that gradient.
+
+    ## Why is this bad?
+    A hand-written gradient is code TensorFlow cannot check. gradaudit's numeric checks
+    compare it with finite differences.
+
+    ## Example
+    ```python
+    @tf.custom_gradient
+    def log1pexp(x):
+        e = tf.exp(x)
+        return tf.math.log(1 + e), lambda dy: dy * (1 - 1 / (1 + e))
+    ```
+
+    ## Use instead
+    Keep it, save it with `experimental_custom_gradients=True`, and let the numeric checks
+    confirm it.
+    """
+
+
+@rule("GA108", "disconnected-source", Severity.WARNING,
+      fix="Remove the unused variable, or connect it to an output; if it is used by another "
+          "signature, audit that signature (--all-signatures).")
+class DisconnectedSource:
+    """A trainable variable of the saved object reaches no output of the audited signature.
+
+    ## What it does
+    Lists trainable variables that no output of the signature depends on.
+
+    ## Why is this bad?
+    This is Keras' warning "Gradients do not exist for variables ...": the optimizer will
+    never update them, usually because a layer was built but not called, or its output is
+    dropped.
+
+    ## Example
+    ```python
+    self.unused = tf.Variable(tf.ones([3]))   # never read in __call__
+    ```
+
+    ## Use instead
+    Remove the variable or use it; mark it `trainable=False` if it is state.
+    """
+
+
+@rule("GA109", "unknown-op", Severity.WARNING,
+      fix="Load the custom op library (tf.load_op_library) before auditing, or audit in the "
+          "environment that serves the model.")
+class UnknownOp:
+    """An op type TensorFlow does not know here (a custom op library that is not loaded).
+
+    ## What it does
+    Reports ops whose type is not in this TensorFlow's op registry. Their outputs and
+    gradients cannot be analysed; paths through them are treated as cut.
+
+    ## Why is this bad?
+    The model cannot run here, and whether it is differentiable depends on the op library.
+
+    ## Example
+    A model exported with `tf.load_op_library("my_ops.so")` loaded.
+
+    ## Use instead
+    Load the op library first, or replace the custom op.
+    """
+
+
+RULES: tuple[Rule, ...] = (
+    NoGradient, NotDifferentiable, ZeroGradient, IntegerPath, PyFunction, StopGradient,
+    CustomGradient, DisconnectedSource, UnknownOp,
+)
+
+
+# -- detection ------------------------------------------------------------------------------
+
+_REASONS = {
+    "no-gradient": "{t} has no registered gradient: differentiating through it raises LookupError",
+    "not-differentiable": "{t} is registered with tf.NotDifferentiable: no gradient flows through it",
+    "zero-gradient": "{t} is piecewise constant: its registered gradient is None or zero",
+    "integer-path": "{t} converts a float value to {dtype}: gradients stop at integer and bool tensors",
+    "py-function": "{t} runs a Python function that is not saved with the model",
+    "stop-gradient": "{t} (tf.stop_gradient) stops the gradient",
+    "custom-gradient": "the custom gradient {cg} of {t} was not saved with the model: TensorFlow cannot "
+                       "compute this gradient after loading",
+    "unknown-op": "op type {t} is not registered in this TensorFlow",
+}
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 4 else ", ".join(names[:4]) + f" and {len(names) - 4} more"
+
+
+def check(analysis) -> list:
+    """Static GA1xx findings from a finished StaticAnalysis."""
+    # Imported here so that `gradaudit rules` / `explain` do not pay for importing TensorFlow.
+    from ..flow import PYFUNC_OPS
+    from ..graph.dtypes import carries_gradient, dtype_name
+
+    by_slug = {r.slug: r for r in RULES}
+    g = analysis.graph
+    findings = []
+    reported: set[tuple[str, object]] = set()
+
+    def where(ref) -> str:
+        return f"{ref.op_type} '{ref.op_name}' in {ref.function}"
+
+    for ref, cut in analysis.cuts.items():
+        pairs = cut.blocked_pairs | cut.partial_pairs
+        srcs = analysis.source_names(sum({1 << i for i, _ in pairs}))
+        outs = analysis.output_names(sum({1 << j for _, j in pairs}))
+        out_dtypes = {dtype_name(g.dtype[o]) for o in cut.node.outputs if not carries_gradient(g.dtype[o])}
+        reason = _REASONS[cut.rule].format(t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer",
+                                           cg=cut.node.custom_gradient)
+        how = ("cuts the gradient" if cut.blocked_pairs else
+               "cuts one path of the gradient (other paths still carry one)")
+        msg = f"{where(ref)}: {reason}; it {how} from {_names(srcs)} to {_names(outs)}"
+        rule_ = by_slug[cut.rule]
+        severity = Severity.ERROR if cut.rule == "custom-gradient" else None
+        findings.append(rule_.finding(msg, op=ref, sources=srcs, outputs=outs, severity=severity))
+        reported.add((cut.rule, ref))
+
+    for node in g.ops.values():
+        ref = node.ref
+        if ref.op_type in PYFUNC_OPS and ("py-function", ref) not in reported:
+            src, out = analysis.op_masks(node)
+            findings.append(PyFunction.finding(
+                f"{where(ref)}: {_REASONS['py-function'].format(t=ref.op_type)}; the loaded model can "
+                "neither run nor differentiate it", op=ref,
+                sources=analysis.source_names(src), outputs=analysis.output_names(out)))
+            reported.add(("py-function", ref))
+        elif not node.known and ("unknown-op", ref) not in reported:
+            src, out = analysis.op_masks(node)
+            findings.append(UnknownOp.finding(
+                f"{where(ref)}: {_REASONS['unknown-op'].format(t=ref.op_type)}; paths through it are "
+                "treated as cut", op=ref, sources=analysis.source_names(src), outputs=analysis.output_names(out)))
+            reported.add(("unknown-op", ref))
+        elif node.custom_gradient and node.custom_gradient_saved and ("custom-gradient", ref) not in reported:
+            src = 0
+            for t, _ in node.inputs:
+                src |= analysis.reach_grad[t]
+            out = 0
+            for o in node.outputs:
+                out |= analysis.to_output_grad[o]
+            if src and out:
+                findings.append(CustomGradient.finding(
+                    f"{where(ref)}: custom gradient {node.custom_gradient} replaces the op's gradient "
+                    f"(saved as {analysis.gradient_functions.get(node.custom_gradient, '?')}); check it numerically", op=ref,
+                    sources=analysis.source_names(src), outputs=analysis.output_names(out)))
+                reported.add(("custom-gradient", ref))
+
+    out_value = 0
+    for t in analysis.output_tensor.values():
+        out_value |= analysis.reach_value[t]
+    for i, t in analysis.source_tensor.items():
+        src = analysis.sources[i]
+        if src.kind == "variable" and not out_value >> i & 1:
+            findings.append(DisconnectedSource.finding(
+                f"trainable variable {src.name} reaches no output of the signature: it never gets a gradient",
+                sources=[src.name]))
+    for v in analysis.uncaptured_trainable:
+        findings.append(DisconnectedSource.finding(
+            f"trainable variable {v.name} is not used by the audited signature: it never gets a gradient "
+            "from it", sources=[v.name]))
+    return findings
+

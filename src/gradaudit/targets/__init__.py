@@ -1,0 +1,1 @@
+"""Targets: what gradaudit can audit, each read into the same graph description."""

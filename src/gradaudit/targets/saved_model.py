@@ -1,0 +1,217 @@
+"""Read a SavedModel's protobuf without executing anything: meta graph, signature, variables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from google.protobuf import message, text_format
+from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
+
+from ..errors import GradauditError
+from ..graph.library import Library
+
+INIT_OP_KEY = "__saved_model_init_op"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str  # signature key
+    tensor: str  # graph tensor name, `node:idx`
+    dtype: int
+    shape: tuple[int | None, ...] | None
+
+
+@dataclass(frozen=True)
+class VariableInfo:
+    name: str  # SavedVariable name, e.g. dense/kernel
+    trainable: bool
+    dtype: int
+    shape: tuple[int | None, ...] | None
+
+
+@dataclass
+class SignatureGraph:
+    """What the static pass needs of one signature (or one saved function)."""
+
+    key: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    # root: either top-level nodes (graph) or a function name whose args are the inputs
+    nodes: list | None
+    function: str | None
+    variables: dict[str, VariableInfo]  # top-level node name or function arg name -> variable
+
+
+def _shape(proto) -> tuple[int | None, ...] | None:
+    if proto.unknown_rank:
+        return None
+    return tuple(None if d.size < 0 else d.size for d in proto.dim)
+
+
+class SavedModelFile:
+    def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
+        self.path = path
+        self.meta_graph = self._choose(self._parse(path), tags)
+        self.graph_def = self.meta_graph.graph_def
+        self.library = Library(self.graph_def)
+        self.object_graph = self.meta_graph.object_graph_def
+        self._nodes = {n.name: n for n in self.graph_def.node}
+
+    # -- loading ---------------------------------------------------------------------------
+    @staticmethod
+    def _parse(path: str) -> saved_model_pb2.SavedModel:
+        if not os.path.exists(path):
+            raise GradauditError(f"{path}: no such file or directory")
+        if not os.path.isdir(path):
+            raise GradauditError(f"{path}: not a SavedModel folder (a SavedModel is a directory "
+                                 "holding saved_model.pb)")
+        pb, pbtxt = os.path.join(path, "saved_model.pb"), os.path.join(path, "saved_model.pbtxt")
+        sm = saved_model_pb2.SavedModel()
+        try:
+            if os.path.exists(pb):
+                with open(pb, "rb") as f:
+                    sm.ParseFromString(f.read())
+            elif os.path.exists(pbtxt):
+                with open(pbtxt, encoding="utf-8") as f:
+                    text_format.Parse(f.read(), sm)
+            else:
+                raise GradauditError(f"{path}: not a SavedModel (no saved_model.pb inside)")
+        except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+            raise GradauditError(f"{path}: saved_model.pb cannot be parsed ({exc.__class__.__name__}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else 'corrupt protobuf'})") from None
+        if not sm.meta_graphs:
+            raise GradauditError(f"{path}: saved_model.pb holds no meta graph")
+        return sm
+
+    @staticmethod
+    def _choose(sm: saved_model_pb2.SavedModel, tags: tuple[str, ...]) -> meta_graph_pb2.MetaGraphDef:
+        wanted = set(tags)
+        for mg in sm.meta_graphs:
+            if set(mg.meta_info_def.tags) == wanted:
+                return mg
+        have = "; ".join(",".join(mg.meta_info_def.tags) or "(none)" for mg in sm.meta_graphs)
+        raise GradauditError(f"no meta graph with tags {','.join(tags)!r}; this model has: {have} (use --tag)")
+
+    # -- signatures ------------------------------------------------------------------------
+    def signature_keys(self) -> list[str]:
+        return [k for k in self.meta_graph.signature_def if k != INIT_OP_KEY]
+
+    def saved_functions(self) -> list[str]:
+        """Concrete functions the object graph exposes (for models saved without signatures)."""
+        names = []
+        for node in self.object_graph.nodes:
+            kind = node.WhichOneof("kind")
+            if kind == "function":
+                names.extend(node.function.concrete_functions)
+            elif kind == "bare_concrete_function":
+                names.append(node.bare_concrete_function.concrete_function_name)
+        return [n for n in dict.fromkeys(names) if n in self.library.functions]
+
+    def all_variables(self) -> list[VariableInfo]:
+        out = []
+        for node in self.object_graph.nodes:
+            if node.WhichOneof("kind") == "variable":
+                v = node.variable
+                out.append(VariableInfo(v.name, v.trainable, v.dtype, _shape(v.shape)))
+        return out
+
+    def signature(self, key: str) -> SignatureGraph:
+        sigs = self.meta_graph.signature_def
+        if key in sigs and key != INIT_OP_KEY:
+            return self._signature_graph(key, sigs[key])
+        if key in self.library.functions:
+            return self._function_graph(key)
+        keys = self.signature_keys()
+        if keys:
+            raise GradauditError(f"no signature {key!r}; this model has: {', '.join(keys)} (use --signature)")
+        funcs = self.saved_functions()
+        hint = (f"pass --signature with one of its saved functions: {', '.join(funcs)}" if funcs
+                else "it has no saved functions either")
+        raise GradauditError(f"this model has no signatures; {hint}")
+
+    def _variable_of_object(self, node_id: int) -> VariableInfo | None:
+        if 0 <= node_id < len(self.object_graph.nodes):
+            node = self.object_graph.nodes[node_id]
+            if node.WhichOneof("kind") == "variable":
+                v = node.variable
+                return VariableInfo(v.name, v.trainable, v.dtype, _shape(v.shape))
+        return None
+
+    def _tf1_trainable(self) -> set[str]:
+        """Trainable variable names from a TF1 meta graph's collection."""
+        from tensorflow.core.framework import variable_pb2
+
+        coll = self.meta_graph.collection_def.get("trainable_variables")
+        names = set()
+        if coll is not None:
+            for raw in coll.bytes_list.value:
+                vd = variable_pb2.VariableDef()
+                vd.ParseFromString(raw)
+                names.add(vd.variable_name.split(":")[0])
+        return names
+
+    def _signature_graph(self, key: str, sig) -> SignatureGraph:
+        def specs(m) -> list[TensorSpec]:
+            return [TensorSpec(k, v.name, v.dtype, _shape(v.tensor_shape)) for k, v in sorted(m.items())]
+
+        inputs, outputs = specs(sig.inputs), specs(sig.outputs)
+        for spec in inputs + outputs:
+            if spec.tensor.split(":")[0] not in self._nodes:
+                raise GradauditError(f"signature {key!r} names tensor {spec.tensor!r}, which is not in the graph")
+        nodes = self._closure([o.tensor for o in outputs])
+        return SignatureGraph(key, inputs, outputs, nodes, None, self._top_level_variables(nodes))
+
+    def _closure(self, tensors: list[str]) -> list:
+        """Top-level nodes the given tensors depend on (data inputs), in graph order."""
+        keep: set[str] = set()
+        stack = [t.split(":")[0] for t in tensors]
+        while stack:
+            name = stack.pop()
+            if name in keep or name not in self._nodes:
+                continue
+            keep.add(name)
+            stack.extend(i.split(":")[0] for i in self._nodes[name].input if not i.startswith("^"))
+        return [n for n in self.graph_def.node if n.name in keep]
+
+    def _top_level_variables(self, nodes) -> dict[str, VariableInfo]:
+        variables: dict[str, VariableInfo] = {}
+        cfs = self.object_graph.concrete_functions
+        for node in nodes:  # captured variables of top-level calls, via the object graph
+            fname = node.attr["f"].func.name if "f" in node.attr else node.op
+            if fname in cfs and cfs[fname].bound_inputs:
+                bound = list(cfs[fname].bound_inputs)
+                data_inputs = [i for i in node.input if not i.startswith("^")]
+                for ref, obj_id in zip(data_inputs[len(data_inputs) - len(bound):], bound):
+                    info = self._variable_of_object(obj_id)
+                    if info is not None:
+                        variables[ref.split(":")[0]] = info
+        tf1_trainable = None
+        by_name = {v.name: v for v in self.all_variables()}
+        for node in nodes:  # variable nodes the object graph does not describe (TF1 models)
+            if node.op in ("VarHandleOp", "VariableV2", "Variable") and node.name not in variables:
+                shared = node.attr["shared_name"].s.decode() if "shared_name" in node.attr else ""
+                if shared in by_name:
+                    variables[node.name] = by_name[shared]
+                    continue
+                if tf1_trainable is None:
+                    tf1_trainable = self._tf1_trainable()
+                dtype = node.attr["dtype"].type if "dtype" in node.attr else 0
+                shape = _shape(node.attr["shape"].shape) if "shape" in node.attr else None
+                variables[node.name] = VariableInfo(node.name, node.name in tf1_trainable, dtype, shape)
+        return variables
+
+    def _function_graph(self, fname: str) -> SignatureGraph:
+        fdef = self.library.functions[fname]
+        args = list(fdef.signature.input_arg)
+        cf = self.object_graph.concrete_functions.get(fname)
+        bound = list(cf.bound_inputs) if cf is not None else []
+        captured = args[len(args) - len(bound):] if bound else []
+        variables = {}
+        for arg, obj_id in zip(captured, bound):
+            info = self._variable_of_object(obj_id)
+            if info is not None:
+                variables[arg.name] = info
+        inputs = [TensorSpec(a.name, a.name, a.type, None) for a in args[:len(args) - len(bound)]]
+        outputs = [TensorSpec(a.name, a.name, a.type, None) for a in fdef.signature.output_arg]
+        return SignatureGraph(fname, inputs, outputs, None, fname, variables)
