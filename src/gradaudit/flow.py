@@ -155,13 +155,15 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
 
     cuts: dict[OpRef, OpCut] = {}
     loose: dict[OpRef, list[tuple[OpNode, int, int]]] = {}
-    for node in g.ops.values():
+    for op_id, node in g.ops.items():
         if node.custom_gradient and node.custom_gradient_saved:
             continue
         src = 0
         for t, f in node.inputs:
             if not f & GRAD and carries_gradient(g.dtype[t]):
                 src |= G[t]
+        if G[op_id] and node.outputs and not any(carries_gradient(g.dtype[o]) for o in node.outputs):
+            src |= G[op_id]  # a gradient enters, but no output can carry one back: a dead end
         if not src:
             continue
         grad_out = value_out = any_out = 0

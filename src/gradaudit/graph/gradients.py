@@ -95,15 +95,15 @@ class GradientOracle:
                     op_type, inputs, dtypes=[tf.dtypes.as_dtype(d) for d in out_dtypes],
                     attrs={k: attr_value_pb2.AttrValue.FromString(v.SerializeToString())
                            for k, v in clean.items()})
-                grads = [tf.compat.v1.placeholder(tf.dtypes.as_dtype(d)) if carries_gradient(d) else None
-                         for d in out_dtypes]
+                grads = [tf.compat.v1.placeholder(tf.dtypes.as_dtype(d)) for d in out_dtypes]
                 result = grad_fn(op, *grads)
         except Exception as exc:  # noqa: BLE001 - any failure: fall back to the dtype rule
             log.debug("gradient replica of %s failed: %s", op_type, exc)
             return assumed
         if not isinstance(result, (list, tuple)):
             result = [result]
-        targets = {g.ref() for g in grads if g is not None}
+        # Only an incoming gradient on a float output can carry anything back.
+        targets = {g.ref() for g, d in zip(grads, out_dtypes) if carries_gradient(d)}
         passes = []
         for i, dtype in enumerate(in_dtypes):
             g = result[i] if i < len(result) else None

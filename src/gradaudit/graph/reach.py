@@ -52,14 +52,17 @@ def forward_masks(g: Dataflow, seeds: dict[int, int], flag: int, order: Order | 
     for node, bits in seeds.items():
         masks[node] |= bits
     succ, flags = g.succ, g.flags
+    targets = [b for _, b, f in order.loops if f & flag]
     while True:
+        before = [masks[b] for b in targets]
         for a in order.nodes:
             m = masks[a]
             if m:
                 for b, f in zip(succ[a], flags[a]):
                     if f & flag:
                         masks[b] |= m
-        if not any(f & flag and masks[a] & ~masks[b] for a, b, f in order.loops):
+        # a loop edge wrote into a node already passed: its successors need another pass
+        if before == [masks[b] for b in targets]:
             return masks
 
 
