@@ -21,10 +21,10 @@ class AuditOptions:
     inputs_file: str | None = None
 
 
-def _rules_check(analysis):
-    from .rules import flow as flow_rules
+def _rules_check(analysis) -> list:
+    from .rules import STATIC_CHECKS
 
-    return flow_rules.check(analysis)
+    return [f for check in STATIC_CHECKS for f in check(analysis)]
 
 
 def audit_saved_model(path: str, options: AuditOptions, signature: str | None = None) -> Report:

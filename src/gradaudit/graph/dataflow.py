@@ -45,6 +45,37 @@ class Dataflow:
     flags: list[list[int]] = field(default_factory=list)
     ops: dict[int, OpNode] = field(default_factory=dict)
     has_back_edges: bool = False
+    producer: dict[int, int] = field(default_factory=dict)  # tensor -> op node that computes it
+    aliased_from: dict[int, list[int]] = field(default_factory=dict)  # tensor -> tensors it takes the value of
+
+    def producers(self, tensor: int) -> list[int]:
+        """The op nodes whose result `tensor` is, looking through function calls, loops and branches."""
+        out, seen, stack = [], set(), [tensor]
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            if t in self.producer:
+                out.append(self.producer[t])
+            stack.extend(self.aliased_from.get(t, ()))
+        return out
+
+    def consumers(self, tensor: int) -> list[tuple[int, int]]:
+        """(op node, input index) pairs that read `tensor`, looking through calls, loops and branches."""
+        out, seen, stack = [], set(), [tensor]
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            for b in self.succ[t]:
+                node = self.ops.get(b)
+                if node is not None:
+                    out.extend((b, i) for i, (x, _) in enumerate(node.inputs) if x == t)
+                elif t in self.aliased_from.get(b, ()):
+                    stack.append(b)
+        return out
 
     def new_node(self, dtype: int = DT_INVALID) -> int:
         self.dtype.append(dtype)
@@ -62,6 +93,7 @@ class Dataflow:
     def alias(self, a: int, b: int, extra: int = 0) -> None:
         """b takes a's value (function argument or result, loop variable)."""
         self.edge(a, b, VALUE | (GRAD if carries_gradient(self.dtype[a]) else 0) | extra)
+        self.aliased_from.setdefault(b, []).append(a)
 
 
 def _parse_ref(ref: str, in_function: bool) -> tuple[str, str | None, int] | None:
@@ -222,6 +254,7 @@ class DataflowBuilder:
             op_inputs.append((t, flags))
         for o in outputs:
             g.edge(op_id, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
+            g.producer[o] = op_id
         g.ops[op_id] = OpNode(ref, op_inputs, list(outputs), kind, known=layout.known)
 
     def _wire_custom_gradient(self, node, ref, inputs, outputs, gradient_op_type) -> None:
@@ -252,6 +285,7 @@ class DataflowBuilder:
             for t, f in flags.items():
                 g.edge(t, pseudo, f)
             g.edge(pseudo, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
+            g.producer[o] = pseudo
             g.ops[pseudo] = OpNode(ref, list(flags.items()), [o], None,
                                    custom_gradient=gradient_op_type, custom_gradient_saved=saved)
 
