@@ -153,40 +153,42 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
         for j, t in output_tensor.items():
             status[i, j] = ("connected" if G[t] >> i & 1 else "blocked" if F[t] >> i & 1 else "disconnected")
 
+    # Candidate cuts per pair, in three tiers: (0) the op's float result still reaches the output along
+    # gradient-carrying edges; (1) its integer/bool result is turned back into a float value of the
+    # output; (2) any forward path. A blocked pair is explained by its first non-empty tier; a
+    # connected pair only by tier 0 (a path that is cut while others carry a gradient).
     cuts: dict[OpRef, OpCut] = {}
-    loose: dict[OpRef, list[tuple[OpNode, int, int]]] = {}
+    tiers: dict[tuple[int, int], list[list[OpNode]]] = {}
     for op_id, node in g.ops.items():
         if node.custom_gradient and node.custom_gradient_saved:
             continue
         src = 0
         for t, f in node.inputs:
-            if not f & GRAD and carries_gradient(g.dtype[t]):
+            if f & VALUE and not f & GRAD and carries_gradient(g.dtype[t]):  # shape reads are no cut
                 src |= G[t]
         if G[op_id] and node.outputs and not any(carries_gradient(g.dtype[o]) for o in node.outputs):
             src |= G[op_id]  # a gradient enters, but no output can carry one back: a dead end
         if not src:
             continue
-        grad_out = value_out = any_out = 0
+        reach = [0, 0, 0]
         for o in node.outputs:
-            grad_out |= C[o]
-            value_out |= V[o] if not carries_gradient(g.dtype[o]) else 0
-            any_out |= B[o]
+            reach[0] |= C[o]
+            reach[1] |= V[o] if not carries_gradient(g.dtype[o]) else 0
+            reach[2] |= B[o]
         for i in source_tensor:
-            if not src >> i & 1:
-                continue
-            for j in output_tensor:
-                pair = (i, j)
-                if grad_out >> j & 1 or (value_out >> j & 1 and status[pair] == "blocked"):
+            if src >> i & 1:
+                for j in output_tensor:
+                    for tier in range(3 if status[i, j] == "blocked" else 1):
+                        if reach[tier] >> j & 1:
+                            tiers.setdefault((i, j), [[], [], []])[tier].append(node)
+                            break
+    for (i, j), found in tiers.items():
+        for nodes in found:
+            if nodes:
+                for node in nodes:
                     cut = cuts.get(node.ref) or cuts.setdefault(node.ref, OpCut(node, cut_rule(node, g)))
-                    (cut.partial_pairs if status[pair] == "connected" else cut.blocked_pairs).add(pair)
-                elif any_out >> j & 1 and status[pair] == "blocked":
-                    loose.setdefault(node.ref, []).append((node, i, j))
-    named = {p for c in cuts.values() for p in c.blocked_pairs}
-    for ref, entries in loose.items():  # a blocked pair with no cut found above: name any cut on it
-        for node, i, j in entries:
-            if (i, j) not in named:
-                cut = cuts.get(ref) or cuts.setdefault(ref, OpCut(node, cut_rule(node, g)))
-                cut.blocked_pairs.add((i, j))
+                    (cut.partial_pairs if status[i, j] == "connected" else cut.blocked_pairs).add((i, j))
+                break
 
     flow = []
     for i in source_tensor:

@@ -110,6 +110,24 @@ def _parse_ref(ref: str, in_function: bool) -> tuple[str, str | None, int] | Non
     return parts[0], None, int(parts[1]) if len(parts) > 1 else 0
 
 
+def _layouts_from_uses(unknown: set[str], nodes, extra_refs, in_function: bool) -> dict[str, OutputLayout]:
+    """Output layouts of ops TensorFlow does not know, from how the graph uses their outputs."""
+    counts: dict[str, dict[str | None, int]] = {name: {} for name in unknown}
+    for ref in [r for node in nodes for r in node.input] + list(extra_refs):
+        parsed = _parse_ref(ref, in_function)
+        if parsed is not None and parsed[0] in counts:
+            args = counts[parsed[0]]
+            args[parsed[1]] = max(args.get(parsed[1], 0), parsed[2] + 1)
+    layouts = {}
+    for name, args in counts.items():
+        offsets, total = {}, 0
+        for arg, n in args.items():
+            offsets[arg or ""] = total
+            total += n
+        layouts[name] = OutputLayout((DT_INVALID,) * total, offsets, False)
+    return layouts
+
+
 class DataflowBuilder:
     """Builds a Dataflow from a root GraphDef (a signature's nodes) or a root FunctionDef."""
 
@@ -135,7 +153,8 @@ class DataflowBuilder:
         self._stack.append(name)
         try:
             bound = {a.name: [t] for a, t in zip(fdef.signature.input_arg, args)}
-            outs, layouts = self._wire_nodes(list(fdef.node_def), name, bound, in_function=True)
+            outs, layouts = self._wire_nodes(list(fdef.node_def), name, bound, in_function=True,
+                                             extra_refs=fdef.ret.values())
             return [self._resolve_parsed(_parse_ref(fdef.ret[arg.name], True), outs, layouts)
                     for arg in fdef.signature.output_arg]
         finally:
@@ -146,14 +165,18 @@ class DataflowBuilder:
         return [self.g.new_node(d) for d in self.lib.input_dtypes(fdef, call_node)]
 
     # -- wiring ----------------------------------------------------------------------------
-    def _wire_nodes(self, nodes, fname: str, bound: dict[str, list[int]], in_function: bool):
+    def _wire_nodes(self, nodes, fname: str, bound: dict[str, list[int]], in_function: bool,
+                    extra_refs=()):
         g = self.g
         outs: dict[str, list[int]] = dict(bound)
         layouts: dict[str, OutputLayout] = {}
         for node in nodes:
-            layout = self.lib.layout(node)
-            layouts[node.name] = layout
-            outs[node.name] = [g.new_node(d) for d in layout.dtypes]
+            layouts[node.name] = self.lib.layout(node)
+        unknown = {name for name, lay in layouts.items() if not lay.known}
+        if unknown:
+            layouts.update(_layouts_from_uses(unknown, nodes, extra_refs, in_function))
+        for node in nodes:
+            outs[node.name] = [g.new_node(d) for d in layouts[node.name].dtypes]
         if len(g.dtype) > self.max_nodes:
             raise MemoryError("graph too large to inline")
         for node in nodes:
@@ -172,12 +195,13 @@ class DataflowBuilder:
         if tensors is None:
             raise ValueError(f"input refers to unknown node {name!r}")
         flat = idx
-        if arg is not None and layout is not None and layout.known:
-            if arg not in layout.arg_offsets:
+        if layout is not None and (arg is not None or not layout.known):
+            key = arg if layout.known else (arg or "")
+            if key not in layout.arg_offsets:
                 raise ValueError(f"node {name!r} has no output {arg!r}")
-            flat = layout.arg_offsets[arg] + idx
-        while flat >= len(tensors):  # outputs of an op type unknown here: made on demand
-            tensors.append(self.g.new_node(DT_INVALID))
+            flat = layout.arg_offsets[key] + idx
+        if flat >= len(tensors):
+            raise ValueError(f"node {name!r} has no output {flat}")
         return tensors[flat]
 
     def _wire_node(self, node, fname: str, inputs: list[int], outputs: list[int], layout) -> None:
@@ -197,10 +221,13 @@ class DataflowBuilder:
             args = self.new_arg_tensors(body, node)
             for t, a in zip(inputs, args):
                 g.alias(t, a)
-            for r, a in zip(self.add_function(body, args), args):
+            rets = self.add_function(body, args)
+            for r, a in zip(rets, args):
                 g.alias(r, a, BACK)
-            for a, o in zip(args, outputs):
-                g.alias(a, o)
+            # The loop's results are the body's last results: we assume the body runs at least
+            # once, so a cut inside the body is not bypassed by the zero-iteration case.
+            for r, o in zip(rets, outputs):
+                g.alias(r, o)
             self.add_function(cond, args)  # walked for its ops; its bool result carries no gradient
             return
         if op_type in IF_OPS or op_type in CASE_OPS:

@@ -51,8 +51,7 @@ class NotDifferentiable:
 
     ## Example
     ```python
-    noisy = x + tf.random.stateless_uniform(tf.shape(x), seed=[1, 2])
-    y = tf.raw_ops.CheckNumericsV2(...)  # fine; but e.g. a NotDifferentiable custom op is not
+    rgb = tf.image.hsv_to_rgb(hsv)   # HSVToRGB is registered as not differentiable
     ```
 
     ## Use instead
@@ -255,8 +254,8 @@ _REASONS = {
     "integer-path": "{t} converts a float value to {dtype}: gradients stop at integer and bool tensors",
     "py-function": "{t} runs a Python function that is not saved with the model",
     "stop-gradient": "{t} (tf.stop_gradient) stops the gradient",
-    "custom-gradient": "the custom gradient {cg} of {t} was not saved with the model: TensorFlow cannot "
-                       "compute this gradient after loading",
+    "custom-gradient": "the custom gradient {cg} of {t} was not saved with the model: differentiating "
+                       "the loaded model raises LookupError",
     "unknown-op": "op type {t} is not registered in this TensorFlow",
 }
 
