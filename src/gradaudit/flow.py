@@ -40,6 +40,8 @@ class StaticAnalysis:
     cuts: dict[OpRef, OpCut]
     uncaptured_trainable: list[VariableInfo]
     gradient_functions: dict[str, str]  # gradient_op_type -> saved gradient function
+    model: SavedModelFile
+    signature: SignatureGraph
 
     def source_names(self, mask: int) -> list[str]:
         return [self.sources[i].name for i in self.source_tensor if mask >> i & 1]
@@ -200,4 +202,5 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
     captured = {v.name for v in sig.variables.values()}
     uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]
     return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, F, G, B, C, flow, cuts,
-                          list({v.name: v for v in uncaptured}.values()), model.library.registered_gradients)
+                          list({v.name: v for v in uncaptured}.values()), model.library.registered_gradients,
+                          model, sig)

@@ -162,8 +162,9 @@ class SavedModelFile:
         nodes = self._closure([o.tensor for o in outputs])
         return SignatureGraph(key, inputs, outputs, nodes, None, self._top_level_variables(nodes))
 
-    def _closure(self, tensors: list[str]) -> list:
-        """Top-level nodes the given tensors depend on (data inputs), in graph order."""
+    def _closure(self, tensors: list[str], control: bool = False) -> list:
+        """Top-level nodes the given tensors depend on (data inputs, and control inputs if asked),
+        in graph order."""
         keep: set[str] = set()
         stack = [t.split(":")[0] for t in tensors]
         while stack:
@@ -171,8 +172,34 @@ class SavedModelFile:
             if name in keep or name not in self._nodes:
                 continue
             keep.add(name)
-            stack.extend(i.split(":")[0] for i in self._nodes[name].input if not i.startswith("^"))
+            stack.extend(i.lstrip("^").split(":")[0] for i in self._nodes[name].input
+                         if control or not i.startswith("^"))
         return [n for n in self.graph_def.node if n.name in keep]
+
+    def initializer_roots(self) -> list[tuple[str, list, str]]:
+        """What runs when the model is loaded: (label, nodes, function) for the init op's top-level
+        nodes and for each resource's creation and initialisation functions (lookup tables)."""
+        roots = []
+        init = self.meta_graph.signature_def.get(INIT_OP_KEY)
+        if init is not None:
+            tensors = [v.name for v in init.outputs.values()]
+            roots.append(("the model initializer (__saved_model_init_op)", self._closure(tensors, True), "<graph>"))
+        nodes = self.object_graph.nodes
+        for node in nodes:
+            if node.WhichOneof("kind") != "resource":
+                continue
+            for child in node.children:
+                if child.local_name in ("_create_resource", "_initialize") and child.node_id < len(nodes):
+                    fn = nodes[child.node_id]
+                    if fn.WhichOneof("kind") == "function":
+                        for name in fn.function.concrete_functions:
+                            if name in self.library.functions:
+                                roots.append((f"a resource initializer ({child.local_name})",
+                                              list(self.library.functions[name].node_def), name))
+        return roots
+
+    def has_assets(self) -> bool:
+        return bool(self.meta_graph.asset_file_def)
 
     def _top_level_variables(self, nodes) -> dict[str, VariableInfo]:
         variables: dict[str, VariableInfo] = {}
