@@ -9,6 +9,12 @@ from .errors import GradauditError
 from .model import Report, Target
 
 
+# What a parsed but inconsistent graph raises inside the static pass (dangling references, missing
+# outputs, wrong attribute kinds): reported as a load error, exit 2.
+MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError, MemoryError,
+             UnicodeDecodeError)
+
+
 @dataclass(frozen=True)
 class AuditOptions:
     tags: tuple[str, ...] = ("serve",)
@@ -32,17 +38,19 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
     from .graph.gradients import GradientOracle
     from .targets.saved_model import SavedModelFile
 
-    model = SavedModelFile(path, options.tags)
     key = signature or options.signature
-    sig = model.signature(key)
     try:
+        model = SavedModelFile(path, options.tags)
+        sig = model.signature(key)
         analysis = analyse(model, sig, GradientOracle())
-    except (ValueError, KeyError, RecursionError, MemoryError) as exc:
-        raise GradauditError(f"{path}: the graph of {key!r} cannot be analysed: {exc}") from None
+        findings = _rules_check(analysis)
+    except MALFORMED as exc:  # a protobuf that parses but does not describe a consistent graph
+        detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise GradauditError(f"{path}: malformed model, the graph of {key!r} cannot be analysed "
+                             f"({exc.__class__.__name__}: {detail})") from None
     report = Report(
         target=Target(os.path.abspath(path), "saved_model", key, tuple(options.tags)),
-        sources=analysis.sources, outputs=analysis.outputs, flow=analysis.flow,
-        findings=_rules_check(analysis))
+        sources=analysis.sources, outputs=analysis.outputs, flow=analysis.flow, findings=findings)
     if not options.static_only:
         _run_numeric(report, path, options, key)
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
