@@ -9,7 +9,8 @@ except PackageNotFoundError:  # running from a source tree
 
 from .api import AuditOptions, audit  # noqa: E402
 from .errors import GradauditError  # noqa: E402
+from . import testing  # noqa: E402
 from .model import Finding, FlowEntry, NumericResult, Report, Severity, Source  # noqa: E402
 
 __all__ = ["AuditOptions", "Finding", "FlowEntry", "GradauditError", "NumericResult", "Report",
-           "Severity", "Source", "__version__", "audit"]
+           "Severity", "Source", "__version__", "audit", "testing"]

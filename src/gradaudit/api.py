@@ -25,6 +25,8 @@ class AuditOptions:
     dim: int = 4
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     inputs_file: str | None = None
+    input_specs: tuple[str, ...] = ()  # NAME=DTYPE[D0,...] for a tf.function without input_signature
+    allow_unsafe_ops: bool = False
 
 
 def _rules_check(analysis) -> list:
@@ -33,41 +35,100 @@ def _rules_check(analysis) -> list:
     return [f for check in STATIC_CHECKS for f in check(analysis)]
 
 
-def audit_saved_model(path: str, options: AuditOptions, signature: str | None = None) -> Report:
+def _static_report(model, sig, target: Target) -> tuple[Report, object]:
+    """The static pass on any target: flow, then every static rule family."""
     from .flow import analyse
     from .graph.gradients import GradientOracle
+
+    try:
+        analysis = analyse(model, sig, GradientOracle())
+        findings = _rules_check(analysis)
+    except MALFORMED as exc:  # a protobuf that parses but does not describe a consistent graph
+        detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise GradauditError(f"{target.path}: malformed model, the graph of {target.signature!r} cannot be "
+                             f"analysed ({exc.__class__.__name__}: {detail})") from None
+    report = Report(target=target, sources=analysis.sources, outputs=analysis.outputs, flow=analysis.flow,
+                    findings=findings)
+    return report, analysis
+
+
+def _may_execute(report: Report, options: AuditOptions) -> bool:
+    """Nothing of a model with unsafe ops runs unless the user says so."""
+    if options.static_only:
+        return False
+    if not options.allow_unsafe_ops and any(f.rule == "unsafe-op" for f in report.findings):
+        report.notes.append("numeric checks and probes skipped: unsafe ops present (GA401); "
+                            "--allow-unsafe-ops runs them anyway")
+        return False
+    return True
+
+
+def _finish(report: Report) -> Report:
+    report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
+                                        f.op.op_name if f.op else "", f.message))
+    return report
+
+
+def audit_saved_model(path: str, options: AuditOptions, signature: str | None = None) -> Report:
     from .targets.saved_model import SavedModelFile
 
     key = signature or options.signature
     try:
         model = SavedModelFile(path, options.tags)
         sig = model.signature(key)
-        analysis = analyse(model, sig, GradientOracle())
-        findings = _rules_check(analysis)
-    except MALFORMED as exc:  # a protobuf that parses but does not describe a consistent graph
-        detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-        raise GradauditError(f"{path}: malformed model, the graph of {key!r} cannot be analysed "
-                             f"({exc.__class__.__name__}: {detail})") from None
-    report = Report(
-        target=Target(os.path.abspath(path), "saved_model", key, tuple(options.tags)),
-        sources=analysis.sources, outputs=analysis.outputs, flow=analysis.flow, findings=findings)
-    if not options.static_only:
+    except MALFORMED as exc:
+        raise GradauditError(f"{path}: malformed model ({exc.__class__.__name__}: {exc})") from None
+    report, _ = _static_report(model, sig, Target(os.path.abspath(path), "saved_model", key, tuple(options.tags)))
+    if _may_execute(report, options):
         _run_numeric(report, path, options, key)
-    report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
-                                        f.op.op_name if f.op else "", f.message))
-    return report
+    return _finish(report)
+
+
+def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str = "python") -> Report:
+    """Audit a tf.function, ConcreteFunction, tf.Module or keras.Model by reading its traced graph."""
+    from .targets.python import TracedModel, parse_input_spec, trace
+
+    label = label or getattr(obj, "__name__", None) or type(obj).__name__
+    specs = [parse_input_spec(s) for s in options.input_specs]
+    traced = trace(obj, label, specs, kind)
+    model = TracedModel(traced)
+    sig = model.signature()
+    report, _ = _static_report(model, sig, Target(label, traced.kind, None, ()))
+    if _may_execute(report, options):
+        _run_numeric_traced(report, traced, options)
+    return _finish(report)
+
+
+def _run_numeric_traced(report: Report, traced, options: AuditOptions) -> None:
+    try:
+        from .numeric import run_numeric_function
+    except ImportError:
+        report.notes.append("numeric checks of Python targets are not available in this build")
+        return
+    report.seed = options.seed
+    outcome = run_numeric_function(traced.fn, report.sources, report.outputs, report.flow,
+                                   _numeric_options(options), variable_names=traced.variable_names)
+    report.numeric.extend(outcome.results)
+    report.findings.extend(outcome.findings)
+    report.notes.extend(outcome.notes)
+
+
+def _numeric_options(options: AuditOptions):
+    from .numeric import NumericOptions
+
+    return NumericOptions(seed=options.seed, batch_size=options.batch_size, dim=options.dim,
+                          shapes=options.shapes, inputs_file=options.inputs_file)
 
 
 def _run_numeric(report: Report, path: str, options: AuditOptions, key: str) -> None:
     try:
-        from .numeric import NumericOptions, run_numeric
+        from .numeric import run_numeric
     except ImportError:  # numeric checks not available in this build
         report.notes.append("numeric checks are not available")
         return
     report.seed = options.seed
     outcome = run_numeric(path, options.tags, key, report.sources, report.outputs, report.flow,
-                          NumericOptions(seed=options.seed, batch_size=options.batch_size, dim=options.dim,
-                                         shapes=options.shapes, inputs_file=options.inputs_file))
+                          _numeric_options(options))
     report.numeric.extend(outcome.results)
     report.findings.extend(outcome.findings)
     report.notes.extend(outcome.notes)
@@ -79,9 +140,23 @@ def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:
     return SavedModelFile(path, tags).signature_keys()
 
 
-def audit(target: str, **options) -> Report:
-    """Audit `target` (a SavedModel folder) and return the Report."""
-    opts = AuditOptions(**options)
-    if isinstance(target, (str, os.PathLike)):
-        return audit_saved_model(os.fspath(target), opts)
-    raise GradauditError(f"cannot audit a {type(target).__name__}")
+def audit(target, **options) -> Report:
+    """Audit `target` and return the Report.
+
+    `target` is a SavedModel folder, a `.keras`/`.h5` file, `package.module:attr` or `file.py:attr`,
+    or the object itself: a tf.function, ConcreteFunction, tf.Module or keras.Model.
+    `options` are AuditOptions fields (signature, tags, static_only, seed, input_specs, ...).
+    """
+    from .targets.python import KERAS_SUFFIXES, is_python_target, load_keras_file, resolve
+
+    opts = AuditOptions(**{k: tuple(v) if k in ("tags", "input_specs") and isinstance(v, list) else v
+                           for k, v in options.items()})
+    if not isinstance(target, (str, os.PathLike)):
+        return audit_object(target, opts)
+    target = os.fspath(target)
+    if target.endswith(KERAS_SUFFIXES):
+        model = load_keras_file(target, allow_unsafe=opts.allow_unsafe_ops)
+        return audit_object(model, opts, label=os.path.abspath(target), kind="keras")
+    if is_python_target(target):
+        return audit_object(resolve(target), opts, label=target)
+    return audit_saved_model(target, opts)

@@ -70,12 +70,15 @@ def cut_rule(node: OpNode, g: Dataflow) -> str:
         return "unknown-op"
     if node.custom_gradient:
         return "custom-gradient"
+    if not any(carries_gradient(g.dtype[o]) for o in node.outputs):
+        # No gradient is ever asked of an op with only integer/bool results, so a missing gradient
+        # cannot raise: the cut is the conversion itself (ArgMax's registered gradient says so).
+        registered = node.grad_kind is GradKind.REGISTERED and t != "Cast"
+        return "zero-gradient" if registered else "integer-path"
     if node.grad_kind is GradKind.MISSING:
         return "no-gradient"
-    if t == "Cast":
-        return "integer-path"
     if node.grad_kind is GradKind.NOT_DIFFERENTIABLE:
-        return "not-differentiable" if any(carries_gradient(g.dtype[o]) for o in node.outputs) else "integer-path"
+        return "not-differentiable"
     return "zero-gradient"
 
 
@@ -100,6 +103,38 @@ def _value_to_outputs(g: Dataflow, order, to_out: list[int]) -> list[int]:
                     m |= masks[b]
             masks[a] = m
     return masks
+
+
+def _shadowed(g: Dataflow, tiers, output_tensor: dict[int, int]) -> set[tuple[int, int]]:
+    """(id(op), output) for candidate cuts whose every forward path to the output runs through another
+    candidate of that output: Keras' argmax, say, checks for -0.0 with Equal and Bitcast before
+    the ArgMax that really decides; naming ArgMax alone says it."""
+    by_output: dict[int, dict[int, OpNode]] = {}
+    for (_, j), found in tiers.items():
+        for nodes in found[1:]:
+            for node in nodes:
+                by_output.setdefault(j, {})[id(node)] = node
+    ids = {id(node): op_id for op_id, node in g.ops.items()}
+    out = set()
+    for j, nodes in by_output.items():
+        if len(nodes) < 2:
+            continue
+        blockers = {ids[k] for k in nodes}
+        target = output_tensor[j]
+        for key, node in nodes.items():
+            stack, seen, reached = list(node.outputs), set(), False
+            while stack and not reached:
+                a = stack.pop()
+                if a == target:
+                    reached = True
+                    break
+                for b, f in zip(g.succ[a], g.flags[a]):
+                    if f & VALUE and b not in seen and b not in blockers:
+                        seen.add(b)
+                        stack.append(b)
+            if not reached:
+                out.add((key, j))
+    return out
 
 
 def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) -> StaticAnalysis:
@@ -184,10 +219,12 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
                         if reach[tier] >> j & 1:
                             tiers.setdefault((i, j), [[], [], []])[tier].append(node)
                             break
+    shadowed = _shadowed(g, tiers, output_tensor)
     for (i, j), found in tiers.items():
         for nodes in found:
             if nodes:
-                for node in nodes:
+                kept = [n for n in nodes if (id(n), j) not in shadowed] or nodes
+                for node in kept:
                     cut = cuts.get(node.ref) or cuts.setdefault(node.ref, OpCut(node, cut_rule(node, g)))
                     (cut.partial_pairs if status[i, j] == "connected" else cut.blocked_pairs).add((i, j))
                 break

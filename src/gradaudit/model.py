@@ -185,3 +185,9 @@ class Report:
 
     def verdict(self, fail_on: str = "error") -> str:
         return "fail" if self.fails(fail_on) else "pass"
+
+    def to_json(self, fail_on: str = "error") -> str:
+        """The same JSON document the CLI writes with --format json."""
+        from .report.json_report import render
+
+        return render(self, fail_on)

@@ -71,6 +71,12 @@ class Library:
         self.function_gradients: dict[str, str] = {g.function_name: g.gradient_func for g in lib.gradient}
         self._op_defs: dict[str, op_def_pb2.OpDef | None] = {}
 
+    def add(self, fdefs, registered: dict[str, str]) -> None:
+        """Add functions (and custom gradients: gradient_op_type -> function) traced in this process."""
+        for f in fdefs:
+            self.functions.setdefault(f.signature.name, f)
+        self.registered_gradients.update(registered)
+
     def op_def(self, op_type: str) -> op_def_pb2.OpDef | None:
         if op_type not in self._op_defs:
             self._op_defs[op_type] = op_def_registry.get(op_type)

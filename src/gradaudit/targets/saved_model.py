@@ -49,6 +49,21 @@ def _shape(proto) -> tuple[int | None, ...] | None:
     return tuple(None if d.size < 0 else d.size for d in proto.dim)
 
 
+def closure(graph_def, tensors: list[str], control: bool = False) -> list:
+    """Top-level nodes the given tensors depend on (data inputs, and control inputs if asked), in
+    graph order."""
+    nodes = {n.name: n for n in graph_def.node}
+    keep: set[str] = set()
+    stack = [t.split(":")[0] for t in tensors]
+    while stack:
+        name = stack.pop()
+        if name in keep or name not in nodes:
+            continue
+        keep.add(name)
+        stack.extend(i.lstrip("^").split(":")[0] for i in nodes[name].input if control or not i.startswith("^"))
+    return [n for n in graph_def.node if n.name in keep]
+
+
 class SavedModelFile:
     def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
         self.path = path
@@ -159,22 +174,8 @@ class SavedModelFile:
         for spec in inputs + outputs:
             if spec.tensor.split(":")[0] not in self._nodes:
                 raise GradauditError(f"signature {key!r} names tensor {spec.tensor!r}, which is not in the graph")
-        nodes = self._closure([o.tensor for o in outputs])
+        nodes = closure(self.graph_def, [o.tensor for o in outputs])
         return SignatureGraph(key, inputs, outputs, nodes, None, self._top_level_variables(nodes))
-
-    def _closure(self, tensors: list[str], control: bool = False) -> list:
-        """Top-level nodes the given tensors depend on (data inputs, and control inputs if asked),
-        in graph order."""
-        keep: set[str] = set()
-        stack = [t.split(":")[0] for t in tensors]
-        while stack:
-            name = stack.pop()
-            if name in keep or name not in self._nodes:
-                continue
-            keep.add(name)
-            stack.extend(i.lstrip("^").split(":")[0] for i in self._nodes[name].input
-                         if control or not i.startswith("^"))
-        return [n for n in self.graph_def.node if n.name in keep]
 
     def initializer_roots(self) -> list[tuple[str, list, str]]:
         """What runs when the model is loaded: (label, nodes, function) for the init op's top-level
@@ -183,7 +184,8 @@ class SavedModelFile:
         init = self.meta_graph.signature_def.get(INIT_OP_KEY)
         if init is not None:
             tensors = [v.name for v in init.outputs.values()]
-            roots.append(("the model initializer (__saved_model_init_op)", self._closure(tensors, True), "<graph>"))
+            roots.append(("the model initializer (__saved_model_init_op)",
+                          closure(self.graph_def, tensors, True), "<graph>"))
         nodes = self.object_graph.nodes
         for node in nodes:
             if node.WhichOneof("kind") != "resource":

@@ -1,0 +1,273 @@
+"""Python targets: `module:attr` / `file.py:attr` objects and Keras models or files, traced into a
+concrete function whose graph the static pass reads directly."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import GradauditError
+from ..graph.library import Library
+from .saved_model import SignatureGraph, TensorSpec, VariableInfo, closure
+
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+_SPEC = re.compile(r"^(?P<name>[A-Za-z_][\w./-]*)=(?P<dtype>[a-z0-9]+)\[(?P<dims>[^\]]*)\]$")
+
+
+def parse_input_spec(text: str):
+    """`NAME=DTYPE[D0,D1,...]` (a dimension may be `None` or `?`) -> tf.TensorSpec."""
+    import tensorflow as tf
+
+    m = _SPEC.match(text.replace(" ", ""))
+    if not m:
+        raise GradauditError(f"--input-spec {text!r}: expected NAME=DTYPE[D0,D1,...], e.g. x=float32[None,4]")
+    try:
+        dtype = tf.dtypes.as_dtype(m["dtype"])
+    except TypeError:
+        raise GradauditError(f"--input-spec {text!r}: unknown dtype {m['dtype']!r}") from None
+    dims = [None if d in ("None", "?", "") else int(d) for d in m["dims"].split(",")] if m["dims"] else []
+    return tf.TensorSpec(dims, dtype, name=m["name"])
+
+
+def is_python_target(target: str) -> bool:
+    return ":" in target and not os.path.isdir(target) and not target.endswith(KERAS_SUFFIXES)
+
+
+def resolve(target: str) -> Any:
+    """Import `package.module:attr` or `path/file.py:attr` (attr may be dotted) and return the object."""
+    module_part, _, attr = target.rpartition(":")
+    if not module_part or not attr:
+        raise GradauditError(f"{target}: expected module:attribute or file.py:attribute")
+    try:
+        if module_part.endswith(".py") or os.sep in module_part:
+            if not os.path.isfile(module_part):
+                raise GradauditError(f"{module_part}: no such file")
+            name = "_gradaudit_target_" + re.sub(r"\W", "_", os.path.abspath(module_part))
+            spec = importlib.util.spec_from_file_location(name, module_part)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_part)
+    except GradauditError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise GradauditError(f"{target}: module not found ({exc.name})") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+        raise GradauditError(f"{target}: importing {module_part} failed: {exc.__class__.__name__}: {exc}") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise GradauditError(f"{target}: {module_part} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def load_keras_file(path: str, allow_unsafe: bool = False) -> Any:
+    import keras
+
+    if not os.path.isfile(path):
+        raise GradauditError(f"{path}: no such file")
+    try:
+        return keras.models.load_model(path, safe_mode=not allow_unsafe, compile=False)
+    except ValueError as exc:
+        if "safe_mode" in str(exc) or "unsafe" in str(exc).lower() or "lambda" in str(exc).lower():
+            raise GradauditError(f"{path}: this Keras file needs unsafe deserialisation (it holds Python code, "
+                                 "e.g. a Lambda layer); pass --allow-unsafe-ops only if you trust it") from None
+        raise GradauditError(f"{path}: Keras cannot load it: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # noqa: BLE001 - any reader failure is a load error
+        raise GradauditError(f"{path}: Keras cannot load it: {exc.__class__.__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+@dataclass
+class Traced:
+    """A concrete function and what to call its variables and outputs."""
+
+    fn: Any  # ConcreteFunction
+    kind: str  # "python" | "keras"
+    label: str
+    variable_names: dict[int, VariableInfo]  # id(variable handle) -> what to call the variable
+    output_names: list[str] | None
+    owner_variables: list[VariableInfo]  # trainable variables of the module/model, for disconnected-source
+    owner: Any = None  # keep the module / model alive
+
+
+def _is_keras_model(obj) -> bool:
+    try:
+        import keras
+
+        return isinstance(obj, keras.Model)
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def _keras_concrete(model, label: str) -> Traced:
+    import tensorflow as tf
+
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        raise GradauditError(f"{label}: the Keras model has no defined inputs (build it or use a functional model)")
+    specs = [tf.TensorSpec(tuple(t.shape), t.dtype, name=(t.name or f"input_{i}").split(":")[0])
+             for i, t in enumerate(inputs)]
+
+    def call(*xs):
+        return model(list(xs) if len(xs) > 1 else xs[0], training=False)
+
+    fn = tf.function(call, input_signature=specs).get_concrete_function()
+    names = {}
+    for v in model.variables:
+        tfv = getattr(v, "value", v)
+        handle = getattr(tfv, "handle", None)
+        if handle is not None:
+            names[id(handle)] = _info(tfv, getattr(v, "path", None), v.trainable)
+    output_names = list(getattr(model, "output_names", None) or [])
+    owner_vars = [names[id(v.value.handle)] for v in model.trainable_variables
+                  if id(getattr(getattr(v, "value", v), "handle", None)) in names]
+    return Traced(fn, "keras", label, names, output_names or None, owner_vars, model)
+
+
+def _info(v, name: str | None, trainable: bool) -> VariableInfo:
+    """VariableInfo of a tf.Variable; `name` defaults to its name without `:0`."""
+    if name is None:
+        name = v.name[:-2] if v.name.endswith(":0") else v.name
+    shape = None if v.shape.rank is None else tuple(v.shape.as_list())
+    return VariableInfo(name, bool(trainable), v.dtype.as_datatype_enum, shape)
+
+
+def trace(obj: Any, label: str, input_specs: list | None = None, kind: str = "python") -> Traced:
+    """Turn a tf.function, ConcreteFunction, tf.Module, keras.Model (or a no-argument function
+    returning one of these) into a Traced concrete function."""
+    import tensorflow as tf
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+    if _is_keras_model(obj):
+        return _keras_concrete(obj, label)
+    owner = None
+    if isinstance(obj, tf.Module) and not isinstance(obj, tf.types.experimental.GenericFunction):
+        owner, call = obj, getattr(obj, "__call__", None)
+        if not isinstance(call, (tf.types.experimental.GenericFunction, tf.types.experimental.ConcreteFunction)):
+            raise GradauditError(f"{label}: the tf.Module's __call__ is not a tf.function")
+        obj = call
+    if isinstance(obj, tf.types.experimental.ConcreteFunction):
+        fn = obj
+    elif isinstance(obj, (tf.types.experimental.GenericFunction, polymorphic_function.Function)):
+        if input_specs:
+            fn = obj.get_concrete_function(*input_specs)
+        elif getattr(obj, "input_signature", None) is not None:
+            fn = obj.get_concrete_function()
+        else:
+            raise GradauditError(f"{label}: this tf.function has no input_signature; pass "
+                                 "--input-spec NAME=DTYPE[D0,D1,...] for each argument")
+    elif callable(obj) and not isinstance(obj, type):
+        import inspect
+
+        try:
+            params = inspect.signature(obj).parameters
+        except (TypeError, ValueError):
+            params = {"?": None}
+        if any(p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in params.values()):
+            raise GradauditError(f"{label}: a {type(obj).__name__} that is not a tf.function, ConcreteFunction, "
+                                 "tf.Module or keras.Model (a plain function must take no arguments and "
+                                 "return one of these)")
+        try:
+            made = obj()
+        except Exception as exc:  # noqa: BLE001 - the user's factory failed
+            raise GradauditError(f"{label}: calling it failed: {exc.__class__.__name__}: {exc}") from None
+        if callable(made) or isinstance(made, tf.Module):
+            return trace(made, label, input_specs, kind)
+        raise GradauditError(f"{label}: it returned a {type(made).__name__}, not something to audit")
+    else:
+        raise GradauditError(f"{label}: a {type(obj).__name__} cannot be audited (expected a tf.function, "
+                             "ConcreteFunction, tf.Module or keras.Model)")
+    names = {id(v.handle): _info(v, None, v.trainable) for v in fn.variables}
+    owner_vars = [_info(v, None, True) for v in owner.trainable_variables] if owner is not None else []
+    return Traced(fn, kind, label, names, None, owner_vars, owner)
+
+
+def _trace_custom_gradients(fn) -> tuple[list, dict[str, str]]:
+    """FunctionDefs of the custom gradients the graph uses, traced as TensorFlow does when it saves them."""
+    import tensorflow as tf
+    from tensorflow.python.framework import ops
+
+    graphs = [fn.graph] + [f.graph for f in fn.graph._functions.values() if hasattr(f, "graph")]  # noqa: SLF001
+    fdefs, registered, seen = [], {}, set()
+    for g in graphs:
+        for op in g.get_operations():
+            try:
+                op_type = op.get_attr("_gradient_op_type").decode()
+            except ValueError:
+                continue
+            if op_type in seen:
+                continue
+            seen.add(op_type)
+            try:
+                grad = ops.gradient_registry.lookup(op_type)
+                cf = tf.function(grad).get_concrete_function(None, *op.inputs)
+            except Exception:  # noqa: BLE001 - not traceable: analysed as "every input gets a gradient"
+                continue
+            library = cf.graph.as_graph_def().library
+            fdefs.extend(library.function)
+            fdefs.append(cf.function_def)
+            registered[op_type] = cf.function_def.signature.name
+    return fdefs, registered
+
+
+class TracedModel:
+    """A traced concrete function seen as the static pass sees a SavedModel."""
+
+    def __init__(self, traced: Traced):
+        self.traced = traced
+        self.path = traced.label
+        self.graph_def = traced.fn.graph.as_graph_def()
+        self.library = Library(self.graph_def)
+        fdefs, registered = _trace_custom_gradients(traced.fn)
+        self.library.add(fdefs, registered)
+
+    def all_variables(self) -> list[VariableInfo]:
+        return self.traced.owner_variables
+
+    def initializer_roots(self) -> list:
+        return []
+
+    def has_assets(self) -> bool:
+        return False
+
+    def signature(self) -> SignatureGraph:
+        fn = self.traced.fn
+        captured = {id(t): i for i, t in enumerate(fn.graph.internal_captures)}
+        handles = list(fn.captured_inputs)
+        inputs, variables = [], {}
+        for t in fn.inputs:
+            if id(t) in captured:
+                handle = handles[captured[id(t)]]
+                info = self.traced.variable_names.get(id(handle))
+                if info is not None:
+                    variables[t.op.name] = info
+                continue
+            shape = None if t.shape.rank is None else tuple(t.shape.as_list())
+            inputs.append(TensorSpec(t.op.name, t.name, t.dtype.as_datatype_enum, shape))
+        outputs = []
+        flat_names = _output_names(fn.structured_outputs, self.traced.output_names)
+        for name, t in zip(flat_names, fn.outputs):
+            shape = None if t.shape.rank is None else tuple(t.shape.as_list())
+            outputs.append(TensorSpec(name, t.name, t.dtype.as_datatype_enum, shape))
+        nodes = closure(self.graph_def, [o.tensor for o in outputs])
+        return SignatureGraph(self.traced.label, inputs, outputs, nodes, None, variables)
+
+
+def _output_names(structure, preferred: list[str] | None) -> list[str]:
+    import tensorflow as tf
+
+    flat = tf.nest.flatten(structure)
+    if isinstance(structure, dict):
+        return [str(k) for k in sorted(structure)]
+    if preferred and len(preferred) == len(flat):
+        return list(preferred)
+    return [f"output_{i}" for i in range(len(flat))]
