@@ -1,0 +1,114 @@
+"""Python functions, Keras models and files, the Python API and the pytest helper."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jsonschema
+import keras
+import pytest
+
+import example_models
+import gradaudit
+from gradaudit import GradauditError, audit
+from gradaudit.report import json_report
+from gradaudit.testing import assert_differentiable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def flow(report, source, output):
+    return next(f for f in report.flow if f.source == source and f.output == output)
+
+
+@pytest.mark.parametrize("target", ["example_models:argmax_head", os.path.join(HERE, "example_models.py") +
+                                    ":argmax_head", "example_models:concrete"])
+def test_module_file_and_concrete_function_targets(target):
+    r = audit(target, static_only=True)
+    assert r.target.kind == "python"
+    assert {s.name for s in r.sources} == {"x", "w"}
+    assert flow(r, "x", "cls").status == "blocked" and flow(r, "w", "probs").status == "connected"
+    assert [f.rule for f in r.findings] == ["zero-gradient"]
+    jsonschema.validate(json.loads(r.to_json()), json_report.schema())
+
+
+def test_objects_directly():
+    r = audit(example_models.argmax_head, static_only=True)
+    assert flow(r, "x", "cls").status == "blocked"
+    r = audit(example_models.scaler, static_only=True)
+    assert [f.sources for f in r.findings if f.rule == "disconnected-source"] == [("unused",)]
+    assert flow(r, "a", "y").status == "connected"
+
+
+def test_custom_gradient_in_python_function_is_analysed():
+    r = audit("example_models:custom_ste", static_only=True)
+    assert flow(r, "x", "y").status == "connected"
+    assert [f.rule for f in r.findings] == ["custom-gradient"]
+
+
+def test_input_spec_for_a_function_without_signature():
+    with pytest.raises(GradauditError, match="--input-spec"):
+        audit("example_models:no_signature", static_only=True)
+    r = audit("example_models:no_signature", static_only=True, input_specs=("x=float32[None,3]",))
+    assert [(s.name, s.shape) for s in r.sources] == [("x", (None, 3))]
+    assert flow(r, "x", "y").status == "connected"
+    with pytest.raises(GradauditError, match="expected NAME=DTYPE"):
+        audit("example_models:no_signature", static_only=True, input_specs=("x:float32",))
+
+
+def test_keras_model_object_and_factory():
+    r = audit(example_models.make_mlp(), static_only=True)
+    assert r.target.kind == "keras" and r.ok
+    assert {s.name for s in r.sources} == {"x", "d1/kernel", "d1/bias", "d2/kernel", "d2/bias"}
+    assert all(f.status == "connected" for f in r.flow)
+    r = audit("example_models:make_mlp", static_only=True)  # a no-argument factory
+    assert all(f.status == "connected" for f in r.flow) and len(r.flow) == 5
+
+
+def test_keras_file_with_argmax_head(tmp_path):
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((4,), name="x")
+    probs = keras.layers.Dense(3, activation="softmax", name="dense")(inp)
+    cls = keras.ops.cast(keras.ops.argmax(probs, axis=-1), "float32")
+    path = str(tmp_path / "argmax.keras")
+    keras.Model(inp, {"probs": probs, "cls": cls}).save(path)
+    r = audit(path, static_only=True)
+    assert r.target.kind == "keras"
+    cut = flow(r, "dense/kernel", "cls")
+    assert cut.status == "blocked" and [c.op.op_type for c in cut.blocked_by] == ["ArgMax"]
+    assert flow(r, "x", "probs").status == "connected"
+    assert [f.rule for f in r.findings] == ["zero-gradient"]
+
+
+@pytest.mark.parametrize("target,message", [
+    ("no_such_module_xyz:f", "module not found"),
+    ("example_models:missing", "has no attribute 'missing'"),
+    ("example_models:answer", "cannot be audited"),
+    ("/nonexistent/file.py:f", "no such file"),
+])
+def test_target_errors(target, message):
+    with pytest.raises(GradauditError, match=message):
+        audit(target, static_only=True)
+
+
+def test_keras_file_needing_unsafe_deserialisation(tmp_path):
+    inp = keras.Input((4,), name="x")
+    path = str(tmp_path / "lambda.keras")
+    keras.Model(inp, keras.layers.Lambda(lambda t: t * 2.0)(inp)).save(path)
+    with pytest.raises(GradauditError, match="unsafe deserialisation"):
+        audit(path, static_only=True)
+
+
+def test_assert_differentiable():
+    report = assert_differentiable(example_models.make_mlp(), static_only=True)
+    assert report.ok
+    with pytest.raises(AssertionError) as info:
+        assert_differentiable("example_models:argmax_head", static_only=True)
+    text = str(info.value)
+    assert "ArgMax" in text and "zero-gradient" in text and "fix:" in text
+    with pytest.raises(AssertionError, match="x -> cls: blocked by ArgMax"):
+        assert_differentiable("example_models:argmax_head", wrt=["x"], fail_on="never", static_only=True)
+    with pytest.raises(AssertionError, match="not a differentiable source"):
+        assert_differentiable("example_models:scaler", wrt=["nope"], static_only=True)
+    assert gradaudit.testing is not None
