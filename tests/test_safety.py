@@ -6,7 +6,7 @@ import os
 
 import tensorflow as tf
 
-from conftest import save_module
+from helpers import save_module
 from gradaudit.api import AuditOptions, audit_saved_model
 
 

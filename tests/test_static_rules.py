@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import save_module
+from helpers import save_module
 
 
 def rules_of(report, severity=None) -> set[str]:

@@ -8,29 +8,10 @@ import sys
 
 import click
 
+from .report import FORMATS
+
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FAIL_ON = ("error", "warning", "info", "never")
-
-
-def _quiet_tensorflow() -> None:
-    """Import TensorFlow with its C++ start-up chatter (CUDA probes, oneDNN, absl) sent to /dev/null:
-    it is not for our users, and it must not mix with our one-line errors on stderr."""
-    if "tensorflow" in sys.modules:
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        import tensorflow  # noqa: F401
-    except ImportError:
-        pass  # reported where TensorFlow is used
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def _fail(message: str, debug: bool) -> None:
@@ -53,8 +34,9 @@ class DefaultGroup(click.Group):
 
 def _version() -> str:
     from . import __version__
+    from .batch import import_tensorflow_quietly
 
-    _quiet_tensorflow()
+    import_tensorflow_quietly()
     try:
         import tensorflow as tf
 
@@ -77,7 +59,25 @@ def main() -> None:
     """Audit whether a TensorFlow model can really be differentiated, and where and why not."""
 
 
-def _parse_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+def _rules(_ctx, _param, values: tuple[str, ...]) -> frozenset[str] | None:
+    from .suppress import UnknownRule, parse_rules
+
+    try:
+        return parse_rules(values) if values else None
+    except UnknownRule as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _ignore_ops(_ctx, _param, values: tuple[str, ...]):
+    from .suppress import IgnoreOp, split_values
+
+    try:
+        return tuple(IgnoreOp.parse(v) for v in split_values(values))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _shapes(_ctx, _param, values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     shapes = {}
     for v in values:
         name, sep, dims = v.partition("=")
@@ -86,76 +86,169 @@ def _parse_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
                 raise ValueError
             shapes[name] = tuple(int(d) for d in dims.split(",") if d.strip())
         except ValueError:
-            raise click.BadParameter(f"{v!r}: expected NAME=D0,D1,...", param_hint="--shape") from None
+            raise click.BadParameter(f"{v!r}: expected NAME=D0,D1,...") from None
     return shapes
 
 
+def _probe_scales(_ctx, _param, value: str | None) -> tuple[float, ...] | None:
+    if not value:
+        return None
+    try:
+        return tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected numbers separated by commas") from None
+
+
+class _Fatal(click.ClickException):
+    """An error found while parsing options (configuration): one line, exit 2."""
+
+    exit_code = EXIT_ERROR
+
+    def show(self, file=None) -> None:
+        click.echo(f"gradaudit: error: {self.message}", err=True)
+
+
+def _config(ctx: click.Context, _param, value: str | None) -> None:
+    """Eager: read the configuration before the other options, as their defaults."""
+    from pathlib import Path
+
+    from .config import default_map, load
+    from .errors import GradauditError
+
+    try:
+        ctx.default_map = {**(ctx.default_map or {}), **default_map(load(value, Path.cwd()), ctx)}
+    except GradauditError as exc:
+        raise _Fatal(str(exc)) from None
+
+
+_PATH = click.Path(dir_okay=False)
+
+
 @main.command("audit")
-@click.argument("model", type=click.Path())
+@click.argument("models", nargs=-1, required=True, type=click.Path(), metavar="MODEL...")
+@click.option("--config", type=click.Path(exists=True, dir_okay=False), is_eager=True, expose_value=False,
+              callback=_config, help="Read options from this TOML file instead of [tool.gradaudit] in the "
+                                     "nearest pyproject.toml.")
+@click.option("--recursive/--no-recursive", "-r", default=False,
+              help="Search folders for SavedModels and audit each.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Audit models in this many worker processes.")
 @click.option("--tag", "tags", multiple=True, default=("serve",), show_default=True,
               help="Meta graph tag (repeat, or comma-separate, for a tag set).")
 @click.option("--signature", default="serving_default", show_default=True,
               help="Signature key to audit (or a saved function's name for a model without signatures).")
-@click.option("--all-signatures", is_flag=True, help="Audit every signature in turn.")
-@click.option("--static-only", is_flag=True, help="Only the static pass: never load or run the model.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the report here instead of stdout.")
+@click.option("--all-signatures/--no-all-signatures", default=False, help="Audit every signature in turn.")
+@click.option("--static-only/--no-static-only", default=False,
+              help="Only the static pass: never load or run the model.")
+@click.option("--select", multiple=True, metavar="RULE", callback=_rules,
+              help="Only these rules: code, code prefix or slug (repeat or comma-separate; default: all).")
+@click.option("--ignore", multiple=True, metavar="RULE", callback=_rules,
+              help="Not these rules: code, code prefix or slug (repeat or comma-separate).")
+@click.option("--ignore-ops", multiple=True, metavar="[RULE:]GLOB", callback=_ignore_ops,
+              help="Findings on ops whose name matches GLOB (for RULE only, if given) are intended: reported "
+                   "as suppressed, never failing.")
+@click.option("--baseline", type=click.Path(dir_okay=False),
+              help="A previous JSON report: findings already in it are reported as known and do not fail.")
+@click.option("--write-baseline", type=_PATH, help="Write this run's JSON report here, to use as --baseline.")
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
               help="Lowest severity that makes the run fail (exit 1).")
+@click.option("--exit-zero/--no-exit-zero", default=False,
+              help="Exit 0 even when findings fail the run (errors still exit 2).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="Format of the main report.")
+@click.option("--output", "-o", type=_PATH, default=None, help="Write the main report here instead of stdout.")
+@click.option("--json", "json_path", type=_PATH, help="Also write the JSON report here.")
+@click.option("--sarif", "sarif_path", type=_PATH, help="Also write a SARIF 2.1.0 report here.")
+@click.option("--junit", "junit_path", type=_PATH, help="Also write a JUnit XML report here.")
+@click.option("--markdown", "markdown_path", type=_PATH, help="Also write a Markdown report here.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for synthesised inputs and directions.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=2, show_default=True,
               help="Size of unknown first dimensions.")
 @click.option("--dim", type=click.IntRange(min=1), default=4, show_default=True,
               help="Size of other unknown dimensions.")
-@click.option("--shape", "shapes", multiple=True, metavar="NAME=D0,D1,...", help="Shape of one input.")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=D0,D1,...", callback=_shapes,
+              help="Shape of one input.")
 @click.option("--inputs", "inputs_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="An .npz file of real inputs, by signature input key.")
+@click.option("--order", type=click.IntRange(1, 2), default=1, show_default=True,
+              help="2: also check second derivatives (Hessian-vector products).")
+@click.option("--probe-scales", metavar="S0,S1,...", callback=_probe_scales, default=None,
+              help="Input scales of the stability probes (default: 0,1e-30,1e-20,1e-10,1e-3,1,1e2,1e4).")
+@click.option("--input-spec", "input_specs", multiple=True, metavar="NAME=DTYPE[D0,...]",
+              help="Input of a Python function traced without an input_signature, e.g. x=float32[None,4].")
+@click.option("--allow-unsafe-ops", is_flag=True,
+              help="Run models holding file, network or Python ops (GA401), and load Keras files holding "
+                   "Python code. Command line only: a configuration file cannot set it.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Bound the part that runs the model (numeric checks, probes): it runs in a child process "
+                   "and is marked 'error: timeout' when it takes longer; the static report stays.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks.")
-def audit_command(model, tags, signature, all_signatures, static_only, fmt, output, fail_on, seed,
-                  batch_size, dim, shapes, inputs_file, debug) -> None:
-    """Audit MODEL (a SavedModel folder)."""
-    _quiet_tensorflow()
-    from .api import AuditOptions, audit_saved_model, signature_keys
+def audit_command(models, recursive, jobs, tags, signature, all_signatures, static_only, select, ignore,
+                  ignore_ops, baseline, write_baseline, fail_on, exit_zero, fmt, output, json_path, sarif_path,
+                  junit_path, markdown_path, seed, batch_size, dim, shapes, inputs_file, order, probe_scales,
+                  input_specs, allow_unsafe_ops, timeout, debug) -> None:
+    """Audit each MODEL: a SavedModel folder (or its saved_model.pb; with --recursive, a folder of them),
+    a Keras file (.keras, .h5), or a Python object as module:attr or file.py:attr.
+
+    Options can also be set in [tool.gradaudit] of pyproject.toml, keyed by option name (fail-on = "warning");
+    the command line wins."""
+    from .batch import AuditFailure, audit_models, find_models, import_tensorflow_quietly
+
+    import_tensorflow_quietly()
+    from . import baseline as baselines
+    from .api import AuditOptions
     from .errors import GradauditError
-    from .report import REPORTERS, json_report
-    from .report.terminal import print_report
+    from .report import render, terminal
+    from .suppress import Policy
 
     tag_set = tuple(t for v in tags for t in v.split(",") if t)
     try:
+        paths = find_models(models, recursive)
+        policy = Policy(select=select, ignore=ignore or frozenset(), ignore_ops=ignore_ops,
+                        baseline=baselines.load(baseline) if baseline else None)
         opts = AuditOptions(tags=tag_set, signature=signature, static_only=static_only, seed=seed,
-                            batch_size=batch_size, dim=dim, shapes=_parse_shapes(shapes),
-                            inputs_file=inputs_file)
-        keys = signature_keys(model, tag_set) if all_signatures else [signature]
-        reports = [audit_saved_model(model, opts, key) for key in keys]
+                            batch_size=batch_size, dim=dim, shapes=shapes, inputs_file=inputs_file,
+                            order=order, probe_scales=probe_scales, input_specs=tuple(input_specs),
+                            allow_unsafe_ops=allow_unsafe_ops, timeout=timeout)
+        with terminal.progress(len(paths)) as advance:
+            audits = audit_models(paths, opts, all_signatures=all_signatures, jobs=jobs, debug=debug,
+                                  on_done=advance)
     except GradauditError as exc:
         _fail(str(exc), debug)
-    except click.ClickException:
-        raise
     except Exception as exc:  # noqa: BLE001 - one line, exit 2; --debug shows the traceback
         _fail(f"internal error: {exc.__class__.__name__}: {exc}", debug)
 
-    if fmt == "json":
-        if len(reports) == 1:
-            text = json_report.render(reports[0], fail_on)
-        else:
-            text = json_report.render_many(reports, fail_on)
-    elif output is not None:
-        text = "\n".join(REPORTERS["text"](r, fail_on) for r in reports)
-    else:
-        text = None
-    if text is None:
-        from rich.console import Console
+    failures: list[AuditFailure] = [a.failure for a in audits if a.failure]
+    reports = [policy.apply(r) for a in audits for r in a.reports]
+    for failure in failures:
+        click.echo(f"gradaudit: error: {failure.error}", err=True)
+    if reports:
+        extra = (("json", json_path), ("sarif", sarif_path), ("junit", junit_path), ("markdown", markdown_path))
+        targets = [(fmt, output), *((name, path) for name, path in extra if path)]
+        if write_baseline:
+            targets.append(("json", write_baseline))
+        for name, path in targets:
+            if name == "text" and path is None:
+                terminal.print_reports(reports, terminal.console(), fail_on, failures)
+            else:
+                _emit(render(name, reports, fail_on, failures), path, debug)
+    if failures:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if not exit_zero and any(r.fails(fail_on) for r in reports) else EXIT_OK)
 
-        console = Console()
-        for r in reports:
-            print_report(r, console, fail_on)
-    elif output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
+
+def _emit(text: str, path: str | None, debug: bool) -> None:
+    if path is None:
         click.echo(text, nl=False)
-    sys.exit(EXIT_FINDINGS if any(r.fails(fail_on) for r in reports) else EXIT_OK)
+        return
+    try:
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        _fail(f"{path}: cannot write the report: {exc.strerror or exc}", debug)
 
 
 @main.command("rules")
@@ -163,8 +256,9 @@ def rules_command() -> None:
     """List every rule: code, slug, default severity, summary."""
     from .rules import ALL_RULES
 
+    width = max(len(r.slug) for r in ALL_RULES)
     for r in ALL_RULES:
-        click.echo(f"{r.code}  {r.slug:<22} {r.severity.value:<8} {r.summary}")
+        click.echo(f"{r.code}  {r.slug:<{width}} {r.severity.value:<8} {r.summary}")
 
 
 @main.command("explain")

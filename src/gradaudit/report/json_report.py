@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..model import Report
+
+if TYPE_CHECKING:
+    from ..batch import AuditFailure
 
 SCHEMA_VERSION = 1
 
@@ -50,12 +53,16 @@ def schema() -> dict[str, Any]:
     return json.loads(resources.files(__package__).joinpath("schema.json").read_text(encoding="utf-8"))
 
 
-def render_many(reports: list[Report], fail_on: str = "error") -> str:
+def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[AuditFailure] = ()) -> str:
+    """Several reports (models, signatures): one entry each, and the models that could not be audited."""
     total = {"error": 0, "warning": 0, "info": 0}
     for r in reports:
         for k, v in r.summary().items():
             total[k] += v
-    doc = {"schema_version": SCHEMA_VERSION, "tool": tool_info(),
-           "verdict": "fail" if any(r.fails(fail_on) for r in reports) else "pass",
-           "summary": total, "reports": [to_dict(r, fail_on) for r in reports]}
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "tool": tool_info(),
+        "verdict": "fail" if failures or any(r.fails(fail_on) for r in reports) else "pass",
+        "summary": total, "reports": [to_dict(r, fail_on) for r in reports]}
+    if failures:
+        doc["errors"] = [{"path": f.path, "error": f.error} for f in failures]
     return json.dumps(doc, indent=2) + "\n"

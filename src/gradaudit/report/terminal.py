@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import io
+import os
+import sys
 from collections import Counter
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from rich.console import Console, Group, RenderableType
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
 from ..model import FlowEntry, Report, Severity
+from .common import display_path, model_label
+
+if TYPE_CHECKING:
+    from ..batch import AuditFailure
 
 MAX_ROWS = 24  # above this many variables, rows whose flow is all-connected are summarised
 _SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -150,11 +159,70 @@ def verdict_line(report: Report, fail_on: str = "error") -> Text:
                          f": {counts}; flow: {flow or 'none'} (fail-on: {fail_on})")
 
 
+def summary_table(reports: Sequence[Report], fail_on: str = "error",
+                  failures: Sequence[AuditFailure] = ()) -> RenderableType:
+    table = Table(title=f"Summary (fail-on: {fail_on})", title_justify="left")
+    table.add_column("model [signature]", overflow="fold")  # a path cut short is no use
+    for col in ("verdict", "errors", "warnings", "info", "suppressed", "blocked pairs"):
+        table.add_column(col)
+    for r in reports:
+        c, verdict = r.summary(), r.verdict(fail_on)
+        # Text, not str: rich would read "[serving_default]" as markup and drop it.
+        style = "bold red" if verdict == "fail" else "bold green"
+        table.add_row(Text(model_label(r)), Text(verdict.upper(), style=style),
+                      str(c["error"]), str(c["warning"]), str(c["info"]),
+                      str(sum(1 for f in r.findings if f.suppressed)),
+                      str(sum(1 for f in r.flow if f.status == "blocked")))
+    for f in failures:
+        table.add_row(Text(display_path(f.path)), Text("ERROR", style="bold red"), "", "", "", "", "")
+    return table
+
+
 def print_report(report: Report, console: Console, fail_on: str = "error") -> None:
     console.print(Group(*renderables(report, fail_on)))
 
 
-def render_plain(report: Report, fail_on: str = "error") -> str:
+def print_reports(reports: Sequence[Report], console: Console, fail_on: str = "error",
+                  failures: Sequence[AuditFailure] = ()) -> None:
+    """Each report, then a summary table when there are several models (or one that failed to load)."""
+    for r in reports:
+        print_report(r, console, fail_on)
+    if len(reports) > 1 or failures:
+        console.print(summary_table(reports, fail_on, failures))
+
+
+def console(stderr: bool = False) -> Console:
+    """A console that adapts to where it writes: colour only on a terminal, NO_COLOR and FORCE_COLOR honoured
+    (rich reads them), and in a CI log 120 columns instead of wrapping at 80."""
+    con = Console(stderr=stderr)
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        con.width = 120
+    return con
+
+
+@contextmanager
+def progress(total: int) -> Iterator[Callable[..., None]]:
+    """A progress bar on stderr while several models are audited; nothing when stderr is not a terminal
+    (FORCE_COLOR asks for colour in a log, not for an animation)."""
+    con = console(stderr=True)
+    if total < 2 or not (con.is_interactive and sys.stderr.isatty()):
+        yield lambda *_: None
+        return
+    with Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), console=con, transient=True) as bar:
+        task = bar.add_task("auditing", total=total)
+        yield lambda *_: bar.advance(task)
+
+
+def _plain(print_to: Callable[[Console], None]) -> str:
     buf = io.StringIO()
-    print_report(report, Console(file=buf, width=120, color_system=None, force_terminal=False), fail_on)
+    print_to(Console(file=buf, width=120, color_system=None, force_terminal=False))
     return buf.getvalue()
+
+
+def render_plain(report: Report, fail_on: str = "error") -> str:
+    return _plain(lambda con: print_report(report, con, fail_on))
+
+
+def render_plain_many(reports: Sequence[Report], fail_on: str = "error",
+                      failures: Sequence[AuditFailure] = ()) -> str:
+    return _plain(lambda con: print_reports(reports, con, fail_on, failures))

@@ -1,0 +1,101 @@
+"""JUnit XML for test dashboards: per model and signature, one test case per (source, output) flow and
+per numeric check; a case fails when a finding at or above the threshold concerns it."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING, Sequence
+
+from ..model import Finding, Report
+from .common import concerns, display_path, fails, graph_file, model_label, where
+
+if TYPE_CHECKING:
+    from ..batch import AuditFailure
+
+_OUTCOMES = ("failure", "error", "skipped")
+
+
+def _describe(f: Finding) -> str:
+    state = f" [suppressed: {f.suppressed}]" if f.suppressed else ""
+    return f"{f.code} {f.rule} ({f.severity.value}){state}: {f.message}\nfix: {f.fix}"
+
+
+def _case(suite: ET.Element, classname: str, name: str, file: str, findings: list[Finding], fail_on: str,
+          details: list[str], error: str | None = None, skipped: str | None = None) -> None:
+    case = ET.SubElement(suite, "testcase", classname=classname, name=name, file=file)
+    failing = [f for f in findings if fails(f, fail_on)]
+    if failing:
+        first = failing[0]
+        message = f"{first.code} {first.rule}: {first.message}"
+        if len(failing) > 1:
+            message += f" (and {len(failing) - 1} more)"
+        el = ET.SubElement(case, "failure", message=message, type=first.code)
+        el.text = "\n\n".join(_describe(f) for f in failing)
+    elif error:
+        ET.SubElement(case, "error", message=error, type="error").text = error
+    elif skipped:
+        ET.SubElement(case, "skipped", message=skipped)
+    other = details + [_describe(f) for f in findings if f not in failing]
+    if other:
+        ET.SubElement(case, "system-out").text = "\n".join(other)
+
+
+def _suite(report: Report, fail_on: str) -> ET.Element:
+    label = model_label(report)
+    file = display_path(graph_file(report))
+    suite = ET.Element("testsuite", name=label)
+    placed: set[int] = set()
+
+    for n in report.numeric:
+        # Numeric findings (GA2xx) belong to the numeric check of their pair, not to its flow case.
+        mine = [f for f in report.findings if f.code.startswith("GA2") and concerns(f, n.source, n.output)]
+        placed |= {id(f) for f in mine}
+        outcome = n.status + (f": {n.reason}" if n.reason else "")
+        err = outcome if n.status == "error" else None
+        skip = outcome if n.status in ("skipped", "inconclusive") else None
+        measured = (f"{outcome}; relative error {n.rel_error}, step {n.step}, dtype {n.dtype}, "
+                    f"{n.evaluations} evaluations")
+        _case(suite, f"{label}.numeric", f"{n.source} -> {n.output}", file, mine, fail_on, [measured], err, skip)
+
+    for e in report.flow:
+        mine = [f for f in report.findings if id(f) not in placed and concerns(f, e.source, e.output)]
+        cuts = ", ".join(f"{c.op.op_type} '{c.op.op_name}' in {c.op.function} ({c.rule})" for c in e.blocked_by)
+        skip = "no path from this source to this output" if e.status == "disconnected" else None
+        _case(suite, f"{label}.flow", f"{e.source} -> {e.output}", file, mine, fail_on,
+              [f"flow: blocked by {cuts}" if cuts else f"flow: {e.status}"], skipped=skip)
+    placed |= {id(f) for e in report.flow for f in report.findings if concerns(f, e.source, e.output)}
+
+    for f in report.findings:  # findings about no flow pair, e.g. a variable that reaches no output
+        if id(f) not in placed:
+            subject = where(f) or ", ".join(f.sources + f.outputs) or report.target.signature or "model"
+            _case(suite, f"{label}.findings", f"{f.code} {f.rule}: {subject}", file, [f], fail_on, [])
+
+    if report.notes:
+        ET.SubElement(suite, "system-out").text = "\n".join(f"note: {n}" for n in report.notes)
+    return suite
+
+
+def _count(element: ET.Element, cases: list[ET.Element]) -> None:
+    element.set("tests", str(len(cases)))
+    for outcome in _OUTCOMES:
+        key = outcome if outcome == "skipped" else outcome + "s"
+        element.set(key, str(sum(c.find(outcome) is not None for c in cases)))
+
+
+def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[AuditFailure] = ()) -> str:
+    root = ET.Element("testsuites", name="gradaudit")
+    for report in reports:
+        root.append(_suite(report, fail_on))
+    for failure in failures:
+        suite = ET.SubElement(root, "testsuite", name=display_path(failure.path))
+        _case(suite, display_path(failure.path), "audit", display_path(failure.path), [], fail_on, [],
+              error=failure.error)
+    for suite in root:
+        _count(suite, suite.findall("testcase"))
+    _count(root, root.findall("testsuite/testcase"))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def render(report: Report, fail_on: str = "error") -> str:
+    return render_many([report], fail_on)

@@ -1,0 +1,161 @@
+"""Markdown for a pull-request comment: verdict, counts, the flow matrix, findings with their fixes, and a
+Mermaid flowchart of each broken path (sources -> ... -> cutting op -> outputs), which code hosts draw."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import TYPE_CHECKING, Sequence
+
+from ..model import Finding, FlowEntry, OpRef, Report, Severity
+from .common import display_path, model_label
+from .terminal import MAX_ROWS
+
+if TYPE_CHECKING:
+    from ..batch import AuditFailure
+
+_MARK = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~])")
+MAX_NODES = 12  # sources or outputs drawn in one chart; the rest are counted in one node
+
+
+def _esc(text: str) -> str:
+    """Plain text in Markdown: op and function names are full of underscores."""
+    return _MD_SPECIAL.sub(r"\\\1", text).replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    return f"`{text.replace('`', '')}`"
+
+
+def _counts(report: Report) -> str:
+    c = report.summary()
+    parts = [f"{c['error']} error(s)", f"{c['warning']} warning(s)", f"{c['info']} info"]
+    return ", ".join(f"**{p}**" if not p.startswith("0 ") else p for p in parts)
+
+
+def _verdict(failed: bool) -> str:
+    return "❌ fail" if failed else "✅ pass"
+
+
+def _cell(entry: FlowEntry | None) -> str:
+    if entry is None:
+        return ""
+    if entry.status == "blocked":
+        return "❌ blocked: " + _esc(", ".join(sorted({c.op.op_type for c in entry.blocked_by})) or "?")
+    return "✅ connected" if entry.status == "connected" else "no path"
+
+
+def _flow_table(report: Report) -> list[str]:
+    outputs = [o.name for o in report.outputs if any(f.output == o.name for f in report.flow)]
+    cells = {(f.source, f.output): f for f in report.flow}
+    sources = [s for s in report.sources if s.differentiable]
+    many = sum(s.kind == "variable" for s in sources) > MAX_ROWS
+    lines = ["| source | " + " | ".join(_code(o) for o in outputs) + " |",
+             "| --- |" + " --- |" * len(outputs)]
+    hidden = 0
+    for s in sources:
+        row = [cells.get((s.name, o)) for o in outputs]
+        if many and s.kind == "variable" and all(e is not None and e.status == "connected" for e in row):
+            hidden += 1
+            continue
+        name = _code(s.name) + (" (variable)" if s.kind == "variable" else "")
+        lines.append(f"| {name} | " + " | ".join(_cell(e) for e in row) + " |")
+    if hidden:
+        lines.append(f"| {hidden} more variables | " + " | ".join("✅ connected" for _ in outputs) + " |")
+    return lines
+
+
+def _finding(f: Finding) -> list[str]:
+    return [f"- {_MARK[f.severity]} **{f.code}** {_code(f.rule)} ({f.severity.value}): {_esc(f.message)}",
+            f"  - **Fix:** {_esc(f.fix)}"]
+
+
+def _label(*lines: str) -> str:
+    """A Mermaid node label: quoted, the characters Mermaid parses replaced by entity codes, one line each."""
+    def esc(text: str) -> str:
+        return text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+
+    return '"' + "<br/>".join(esc(line) for line in lines) + '"'
+
+
+def _nodes(prefix: str, names: Sequence[str]) -> list[tuple[str, str]]:
+    shown = [(f"{prefix}{i}", _label(n)) for i, n in enumerate(names[:MAX_NODES])]
+    if len(names) > MAX_NODES:
+        shown.append((f"{prefix}{MAX_NODES}", _label(f"{len(names) - MAX_NODES} more")))
+    return shown
+
+
+def broken_paths(report: Report) -> list[tuple[Finding, list[str], list[str]]]:
+    """Each active finding whose op blocks pairs of the flow, with the sources and outputs it cuts apart."""
+    cut: dict[tuple[OpRef, str], tuple[dict[str, None], dict[str, None]]] = {}
+    for e in report.flow:
+        for c in e.blocked_by:
+            sources, outputs = cut.setdefault((c.op, c.rule), ({}, {}))
+            sources[e.source] = outputs[e.output] = None
+    return [(f, list(cut[f.op, f.rule][0]), list(cut[f.op, f.rule][1]))
+            for f in report.findings if not f.suppressed and f.op and (f.op, f.rule) in cut]
+
+
+def mermaid(f: Finding, sources: Sequence[str], outputs: Sequence[str]) -> list[str]:
+    """A broken path: the sources reach the op through other ops, the op cuts the gradient to the outputs."""
+    assert f.op is not None
+    op = _label(f"{f.op.op_type} '{f.op.op_name}'", f"in {f.op.function}", f"{f.code} {f.rule}")
+    lines = ["```mermaid", "flowchart LR", f"  cut{{{{{op}}}}}"]
+    for node, text in _nodes("s", sources):
+        lines.append(f"  {node}[{text}] -.->|…| cut")
+    for node, text in _nodes("o", outputs):
+        lines.append(f"  cut --x|no gradient| {node}[{text}]")
+    lines += ["  classDef cutop fill:#fdd,stroke:#c00,stroke-width:2px", "  class cut cutop", "```"]
+    return lines
+
+
+def _section(report: Report, fail_on: str, level: str) -> list[str]:
+    t = report.target
+    out = [f"{level} {_verdict(report.fails(fail_on))} {_code(display_path(t.path))}"
+           + (f" signature {_code(t.signature)}" if t.signature else ""), ""]
+    statuses = Counter(f.status for f in report.flow)
+    flow = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
+    suppressed = [f for f in report.findings if f.suppressed]
+    out += [f"{_counts(report)} · flow: {flow} · fail-on: {_code(fail_on)}"
+            + (f" · {len(suppressed)} suppressed" if suppressed else ""), ""]
+    if report.flow:
+        out += [f"{level}# Gradient flow (source → output)", "", *_flow_table(report), ""]
+    active = [f for f in report.findings if not f.suppressed]
+    if active:
+        out += [f"{level}# Findings", ""]
+        for f in active:
+            out += _finding(f)
+        out.append("")
+    broken = broken_paths(report)
+    if broken:
+        out += [f"{level}# Broken paths", ""]
+        for f, sources, outputs in broken:
+            out += mermaid(f, sources, outputs) + [""]
+    if suppressed:
+        out += [f"<details><summary>{len(suppressed)} suppressed or known finding(s)</summary>", ""]
+        out += [f"- {f.code} {_code(f.rule)}: {_esc(f.message)} ({_esc(f.suppressed or '')})" for f in suppressed]
+        out += ["", "</details>", ""]
+    out += [f"> note: {_esc(n)}" for n in report.notes]
+    return out
+
+
+def render(report: Report, fail_on: str = "error") -> str:
+    return "\n".join(_section(report, fail_on, "##")).rstrip() + "\n"
+
+
+def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[AuditFailure] = ()) -> str:
+    failed = bool(failures) or any(r.fails(fail_on) for r in reports)
+    out = [f"## {_verdict(failed)} gradaudit: {len(reports)} audited, {len(failures)} not audited", "",
+           "| model | verdict | errors | warnings | info | blocked pairs |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in reports:
+        c = r.summary()
+        blocked = sum(f.status == "blocked" for f in r.flow)
+        out.append(f"| {_code(model_label(r))} | {_verdict(r.fails(fail_on))} | {c['error']} | {c['warning']} "
+                   f"| {c['info']} | {blocked} |")
+    for f in failures:
+        out.append(f"| {_code(display_path(f.path))} | 💥 not audited: {_esc(f.error)} | | | | |")
+    out.append("")
+    for r in reports:
+        out += _section(r, fail_on, "###")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,108 @@
+"""Configuration: [tool.gradaudit] found upward from the working folder or --config FILE; keys are option
+names; default < configuration < command line; an unknown key, rule or value is an error naming it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .cli_helpers import run
+
+
+def _pyproject(folder, body: str):
+    path = folder / "pyproject.toml"
+    path.write_text("[project]\nname = 'x'\n\n[tool.gradaudit]\n" + body)
+    return path
+
+
+def test_default_then_config_then_command_line(stop, _isolated):
+    assert run(stop, "--static-only").exit_code == 0            # default fail-on error; GA106 is info
+    _pyproject(_isolated, 'fail-on = "info"\nstatic-only = true\n')
+    assert run(stop).exit_code == 1                              # the configuration's fail-on
+    assert run(stop, "--fail-on", "error").exit_code == 0        # the command line wins
+
+
+def test_found_upward_from_a_subfolder(stop, _isolated, monkeypatch):
+    _pyproject(_isolated, 'fail-on = "info"\n')
+    sub = _isolated / "a" / "b"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    assert run(stop, "--static-only").exit_code == 1
+
+
+def test_nearest_pyproject_without_the_table_is_skipped(stop, _isolated, monkeypatch):
+    _pyproject(_isolated, 'fail-on = "info"\n')
+    sub = _isolated / "pkg"
+    sub.mkdir()
+    (sub / "pyproject.toml").write_text("[project]\nname = 'inner'\n")
+    monkeypatch.chdir(sub)
+    assert run(stop, "--static-only").exit_code == 1
+
+
+def test_config_file_replaces_the_pyproject(stop, _isolated):
+    _pyproject(_isolated, 'fail-on = "info"\n')
+    other = _isolated / "ci.toml"
+    other.write_text('fail-on = "never"\n')  # a plain TOML file holds the keys at its top level
+    assert run(stop, "--static-only", "--config", other).exit_code == 0
+    named = _isolated / "sub" / "pyproject.toml"
+    named.parent.mkdir()
+    named.write_text('[tool.gradaudit]\nfail-on = "info"\nexit-zero = true\n')
+    assert run(stop, "--static-only", "--config", named).exit_code == 0
+
+
+def test_flags_set_in_the_config_can_be_turned_off(argmax, _isolated):
+    _pyproject(_isolated, "exit-zero = true\n")
+    assert run(argmax, "--static-only").exit_code == 0
+    assert run(argmax, "--static-only", "--no-exit-zero").exit_code == 1
+
+
+def test_lists_per_rule_tables_and_relative_paths(argmax, _isolated, monkeypatch):
+    _pyproject(_isolated, 'static-only = true\njson = "out/report.json"\n'
+                          'ignore-ops = {zero-gradient = ["Arg*"]}\nselect = ["GA1"]\n')
+    sub = _isolated / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    result = run(argmax)
+    assert result.exit_code == 0
+    doc = json.loads((_isolated / "out" / "report.json").read_text())  # relative to the pyproject
+    assert [f.get("suppressed") for f in doc["findings"]] == ["ignore-ops zero-gradient:Arg*"]
+
+
+@pytest.mark.parametrize("body, named", [
+    ('fail_on = "info"\n', "unknown key 'fail_on' (did you mean 'fail-on'?)"),
+    ('colour = true\n', "unknown key 'colour'"),
+    ('select = ["GA9"]\n', "select: unknown rule 'GA9'"),
+    ('ignore-ops = {no-such-rule = ["x"]}\n', "ignore-ops: unknown rule 'no-such-rule'"),
+    ('fail-on = "sometimes"\n', "fail-on: 'sometimes' is not one of"),
+    ('static-only = "yes"\n', "static-only: expected true or false"),
+    ('jobs = 0\n', "jobs: 0 is not in the range"),
+    ('signature = ["a", "b"]\n', "signature: expected one value"),
+    ('config = "other.toml"\n', "unknown key 'config'"),
+])
+def test_bad_configuration_is_exit_2_naming_it(stop, _isolated, body, named):
+    path = _pyproject(_isolated, body)
+    result = run(stop, "--static-only")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"gradaudit: error: {path} [tool.gradaudit]: ")
+    assert named in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_bad_files_are_exit_2(stop, _isolated):
+    broken = _isolated / "broken.toml"
+    broken.write_text("fail-on = \n")
+    result = run(stop, "--config", broken)
+    assert result.exit_code == 2 and "not valid TOML" in result.stderr
+    empty = _isolated / "x" / "pyproject.toml"
+    empty.parent.mkdir()
+    empty.write_text("[project]\nname = 'x'\n")
+    result = run(stop, "--config", empty)
+    assert result.exit_code == 2 and "no [tool.gradaudit] table" in result.stderr
+
+
+def test_unknown_rule_on_the_command_line_is_exit_2(stop):
+    for option in ("--select", "--ignore"):
+        result = run(stop, "--static-only", option, "GA1,nope")
+        assert result.exit_code == 2 and "unknown rule 'nope'" in result.stderr
+    result = run(stop, "--static-only", "--ignore-ops", "GA999:Arg*")
+    assert result.exit_code == 2 and "unknown rule 'GA999'" in result.stderr
