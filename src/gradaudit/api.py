@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import GradauditError
 from .model import Report, Target
@@ -27,6 +27,9 @@ class AuditOptions:
     inputs_file: str | None = None
     input_specs: tuple[str, ...] = ()  # NAME=DTYPE[D0,...] for a tf.function without input_signature
     allow_unsafe_ops: bool = False
+    order: int = 1  # 2: also check second derivatives (Hessian-vector products)
+    probe_scales: tuple[float, ...] | None = None  # stability probe ladder; None: the default one
+    timeout: float | None = None  # seconds for the model-running part, run in a child process
 
 
 def _rules_check(analysis) -> list:
@@ -78,10 +81,45 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
         sig = model.signature(key)
     except MALFORMED as exc:
         raise GradauditError(f"{path}: malformed model ({exc.__class__.__name__}: {exc})") from None
-    report, _ = _static_report(model, sig, Target(os.path.abspath(path), "saved_model", key, tuple(options.tags)))
+    report, analysis = _static_report(model, sig, Target(os.path.abspath(path), "saved_model", key,
+                                                         tuple(options.tags)))
     if _may_execute(report, options):
-        _run_numeric(report, path, options, key)
+        if options.timeout:
+            _execute_isolated(report, path, options, key)
+        else:
+            _execute(report, analysis, path, options, key)
     return _finish(report)
+
+
+def _execute(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
+    """The part of an audit that runs the model: numeric checks, then stability probes."""
+    _run_numeric(report, path, options, key)
+    _run_stability(report, analysis, path, options, key)
+
+
+def _executed_part(path: str, options: AuditOptions, key: str) -> Report:
+    """In the child process: the whole audit again (the static pass is cheap) without the timeout."""
+    return audit_saved_model(path, replace(options, timeout=None), key)
+
+
+def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str) -> None:
+    from .isolate import ChildFailed, Timeout, run_isolated
+    from .model import NumericResult
+
+    try:
+        child = run_isolated(_executed_part, (path, options, key), options.timeout)
+    except (Timeout, ChildFailed) as exc:
+        reason = f"timeout: {exc}" if isinstance(exc, Timeout) else str(exc)
+        report.numeric.extend(NumericResult(s.name, "*", "error", None, None, None, 0, reason)
+                              for s in report.sources if s.differentiable)
+        report.notes.append(f"numeric checks and probes did not complete ({reason}); the static report "
+                            "is complete")
+        return
+    report.seed = child.seed
+    report.numeric.extend(child.numeric)
+    report.stability.extend(child.stability)
+    report.findings[:] = child.findings
+    report.notes.extend(child.notes)
 
 
 def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str = "python") -> Report:
@@ -131,6 +169,17 @@ def _run_numeric(report: Report, path: str, options: AuditOptions, key: str) -> 
                           _numeric_options(options))
     report.numeric.extend(outcome.results)
     report.findings.extend(outcome.findings)
+    report.notes.extend(outcome.notes)
+
+
+def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
+    from .stability import DEFAULT_SCALES, StabilityOptions, run_stability
+
+    outcome = run_stability(path, options.tags, key, analysis, StabilityOptions(
+        numeric=_numeric_options(options), scales=options.probe_scales or DEFAULT_SCALES, order=options.order))
+    report.stability.extend(outcome.results)
+    report.numeric.extend(outcome.numeric)
+    report.findings[:] = outcome.confirm(report.findings) + outcome.findings
     report.notes.extend(outcome.notes)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tensorflow.python.framework import tensor_util
+
 from ..model import OpRef
 from .dtypes import DT_INVALID, carries_gradient
 from .gradients import GradientOracle, GradKind, registry_kind
@@ -47,6 +49,9 @@ class Dataflow:
     has_back_edges: bool = False
     producer: dict[int, int] = field(default_factory=dict)  # tensor -> op node that computes it
     aliased_from: dict[int, list[int]] = field(default_factory=dict)  # tensor -> tensors it takes the value of
+    const_value: dict[int, float] = field(default_factory=dict)  # tensor -> value, for scalar numeric Consts
+    # saved custom-gradient function -> its own inlined Dataflow (the hazard lints read inside it)
+    gradient_graphs: dict[str, Dataflow] = field(default_factory=dict)
 
     def producers(self, tensor: int) -> list[int]:
         """The op nodes whose result `tensor` is, looking through function calls, loops and branches."""
@@ -126,6 +131,20 @@ def _layouts_from_uses(unknown: set[str], nodes, extra_refs, in_function: bool) 
             total += n
         layouts[name] = OutputLayout((DT_INVALID,) * total, offsets, False)
     return layouts
+
+
+def _scalar_const(node) -> float | None:
+    """The value of a Const node holding one number (the 1 in `1 + exp(x)`, the 0.5 in `pow(x, 0.5)`)."""
+    proto = node.attr["value"].tensor
+    if any(d.size != 1 for d in proto.tensor_shape.dim):
+        return None
+    try:
+        value = tensor_util.MakeNdarray(proto)
+    except (TypeError, ValueError):
+        return None
+    if value.size != 1 or value.dtype.kind not in "fiu":
+        return None
+    return float(value.reshape(()))
 
 
 class DataflowBuilder:
@@ -283,6 +302,10 @@ class DataflowBuilder:
             g.edge(op_id, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
             g.producer[o] = op_id
         g.ops[op_id] = OpNode(ref, op_inputs, list(outputs), kind, known=layout.known)
+        if op_type == "Const" and outputs:
+            value = _scalar_const(node)
+            if value is not None:
+                g.const_value[outputs[0]] = value
 
     def _wire_custom_gradient(self, node, ref, inputs, outputs, gradient_op_type) -> None:
         """A custom gradient: output k's gradient goes to the inputs its saved gradient function
@@ -292,6 +315,8 @@ class DataflowBuilder:
         grad_fn = self.lib.registered_gradients.get(gradient_op_type)
         saved = grad_fn is not None and grad_fn in self.lib.functions
         deps = self.grad_fn_deps.dependencies(grad_fn) if saved and self.grad_fn_deps else None
+        if deps is not None:
+            g.gradient_graphs[grad_fn] = self.grad_fn_deps.graphs[grad_fn]
         n_in = len(inputs)
         identity = node.op == "IdentityN"
         for k, o in enumerate(outputs):
@@ -324,6 +349,7 @@ class GradFnAnalyzer:
         self.lib = library
         self.oracle = oracle
         self._cache: dict[str, list[list[bool]]] = {}
+        self.graphs: dict[str, Dataflow] = {}  # the Dataflow built for each analysed function
 
     def dependencies(self, fn: str) -> list[list[bool]]:
         """deps[k][j]: result j of `fn` depends on the value of argument k."""
@@ -334,5 +360,6 @@ class GradFnAnalyzer:
             args = b.new_arg_tensors(fn)
             rets = b.add_function(fn, args)
             masks = forward_masks(b.g, {t: 1 << k for k, t in enumerate(args)}, VALUE)
+            self.graphs[fn] = b.g
             self._cache[fn] = [[bool(masks[r] >> k & 1) for r in rets] for k in range(len(args))]
         return self._cache[fn]

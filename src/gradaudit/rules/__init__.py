@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from .base import DOC_SECTIONS, Rule
 from . import flow as _flow
+from . import hazards as _hazards
 from . import numeric as _numeric
 from . import safety as _safety
 
-ALL_RULES: tuple[Rule, ...] = (*_flow.RULES, *_numeric.RULES, *_safety.RULES)
+ALL_RULES: tuple[Rule, ...] = (*_flow.RULES, *_numeric.RULES, *_safety.RULES, *_hazards.RULES)
 
 # Static checks run on a finished StaticAnalysis (flow.py), each returning findings.
-STATIC_CHECKS = (_flow.check, _safety.check)
+STATIC_CHECKS = (_flow.check, _safety.check, _hazards.check)
 
 _BY_KEY = {r.code.lower(): r for r in ALL_RULES} | {r.slug: r for r in ALL_RULES}
 

@@ -2,6 +2,161 @@
 
 from __future__ import annotations
 
-from .base import Rule
+from ..model import Severity
+from .base import Rule, rule
 
-RULES: tuple[Rule, ...] = ()
+
+@rule("GA201", "gradient-mismatch", Severity.ERROR,
+      fix="Fix the gradient function (tf.custom_gradient / tf.RegisterGradient) named in the message; "
+          "check it against the derivative of the forward pass it replaces.")
+class GradientMismatch:
+    """The gradient TensorFlow computes is not the derivative of the forward pass.
+
+    ## What it does
+    Projects the outputs on a random signed cotangent u and compares the directional derivative
+    TensorFlow's gradient gives along a random signed direction v with central finite
+    differences of u·f along v. The step is chosen from the dtype and confirmed by a step sweep
+    that measures rounding noise and truncation error (Richardson extrapolation); the model is
+    evaluated in float64 when its graph can be upcast. A discrepancy is reported only when it
+    exceeds that error bound at the sampled point *and* at a nearby one (a ReLU or max-pool kink
+    at one point looks like a wrong gradient). Failing variable groups are bisected down to the
+    variable at fault.
+
+    ## Why is this bad?
+    Training follows the wrong direction, silently: the loss may still go down for a while.
+    Hand-written gradients (`tf.custom_gradient`, `tf.RegisterGradient`) are the usual cause;
+    `tf.test.compute_gradient` in float32 cannot see a relative error of 1e-4, because its own
+    error grows as its step shrinks.
+
+    ## Example
+    ```python
+    @tf.custom_gradient
+    def log1pexp(x):
+        e = tf.exp(x)
+        return tf.math.log(1 + e), lambda dy: dy * e / (1 + e) ** 2   # wrong: that is the 2nd derivative
+    ```
+
+    ## Use instead
+    ```python
+    @tf.custom_gradient
+    def log1pexp(x):
+        e = tf.exp(x)
+        return tf.math.log(1 + e), lambda dy: dy * (1 - 1 / (1 + e))
+    ```
+    """
+
+
+@rule("GA202", "nondeterministic", Severity.WARNING,
+      fix="Export the model for inference without active randomness (dropout with training=False, no "
+          "random noise layers), or use stateless random ops with a fixed seed.")
+class Nondeterministic:
+    """Two evaluations of the model at the same point give different outputs.
+
+    ## What it does
+    Evaluates the outputs twice at the same inputs and variables; when they differ by more than
+    rounding, the outputs concerned are left out of the gradient checks, which are never reported
+    as mismatches. Stateful random ops found in the signature's functions are named.
+
+    ## Why is this bad?
+    A gradient cannot be checked against a function that changes between calls, and a served
+    model that is random (dropout left on, noise layers) is rarely intended.
+
+    ## Example
+    ```python
+    @tf.function(input_signature=[tf.TensorSpec([None, 8])])
+    def __call__(self, x):
+        return tf.nn.dropout(self.dense(x), rate=0.5)   # active at serving time
+    ```
+
+    ## Use instead
+    ```python
+    def __call__(self, x, training=False):
+        h = self.dense(x)
+        return tf.nn.dropout(h, rate=0.5) if training else h
+    ```
+    """
+
+
+@rule("GA203", "surrogate-gradient", Severity.INFO,
+      fix="Nothing to do if the surrogate is intended (straight-through estimator, fake quantisation).")
+class SurrogateGradient:
+    """The forward pass is piecewise constant along a direction while its gradient is not zero.
+
+    ## What it does
+    Reports checks where the finite-difference derivative is zero (the outputs do not move,
+    beyond rounding, for small steps) or the forward jumps, while TensorFlow's gradient is
+    clearly non-zero. This is how straight-through estimators and fake quantisation are built;
+    such checks are not reported as `gradient-mismatch`.
+
+    ## Why is this bad?
+    It is usually not: the gradient is a deliberate surrogate of a function whose true
+    derivative is zero almost everywhere. It is listed so that a reader can confirm each one
+    is intended.
+
+    ## Example
+    ```python
+    q = x + tf.stop_gradient(tf.round(x) - x)          # straight-through rounding
+    q = tf.quantization.fake_quant_with_min_max_args(x, -6.0, 6.0)
+    ```
+
+    ## Use instead
+    Keep it if intended. If a true derivative is wanted, use a smooth function instead of
+    the quantiser.
+    """
+
+
+@rule("GA204", "missing-gradient", Severity.ERROR,
+      fix="Find the op TensorFlow cannot differentiate on this path (run the static rules with the same "
+          "signature) and replace it, or give it a gradient.")
+class MissingGradient:
+    """TensorFlow returns no gradient although the outputs depend on the source.
+
+    ## What it does
+    Reports sources for which the static pass found a gradient path to an output, but
+    `tape.gradient` returns `None` (or raises) when the loaded model is differentiated, while
+    finite differences show that the outputs do change with the source.
+
+    ## Why is this bad?
+    Keras warns "Gradients do not exist for variables ..." and training leaves those
+    variables untouched; custom training loops crash on the `None`.
+
+    ## Example
+    A custom op or function-call whose gradient TensorFlow cannot build after loading, or an
+    `EagerPyFunc` whose gradient existed only in the exporting process.
+
+    ## Use instead
+    Differentiable TensorFlow ops on the path, or a custom gradient saved with the model
+    (`tf.saved_model.SaveOptions(experimental_custom_gradients=True)`).
+    """
+
+
+@rule("GA205", "unrunnable-model", Severity.WARNING,
+      fix="Make the model runnable after tf.saved_model.load (no tf.py_function / tf.numpy_function, "
+          "custom op libraries loaded), or pass --static-only.")
+class UnrunnableModel:
+    """The loaded model cannot be evaluated, so its gradients could not be checked numerically.
+
+    ## What it does
+    Reports TensorFlow's error when the model, loaded with `tf.saved_model.load`, fails to run
+    on synthesised (or `--inputs`) data. The numeric checks then have status `error`.
+
+    ## Why is this bad?
+    Whatever the static pass says, a model that cannot run cannot be trained or fine-tuned
+    from this SavedModel. A `PyFunc` body, for instance, is not saved: "Could not find
+    callback with key=pyfunc_0".
+
+    ## Example
+    ```python
+    y = tf.numpy_function(np.sinh, [x], tf.float32)
+    ```
+
+    ## Use instead
+    ```python
+    y = tf.math.sinh(x)
+    ```
+    If the inputs must lie in a range (token ids, images), pass real examples with `--inputs`.
+    """
+
+
+RULES: tuple[Rule, ...] = (GradientMismatch, Nondeterministic, SurrogateGradient, MissingGradient,
+                           UnrunnableModel)

@@ -1,0 +1,177 @@
+"""Cost and power of gradaudit's numeric checks, measured in one run.
+
+1. Keras ResNet50 (weights=None) exported with `model.export`: the floor (a fresh process that imports
+   TensorFlow, loads the model and runs one forward and backward pass) against `run_numeric` with default
+   options (a fresh process, import and load included). Issue 3's target: ratio <= 2.
+2. A small model with seed 001's custom log1pexp, correct and wrong by 1e-4 and 1e-6: the verdicts and
+   time of `run_numeric` against `tf.test.compute_gradient` with its default step, in float32.
+
+    python bench/bench_numeric.py [--repeat N] [--json FILE] [--whole-audit] [--skip-resnet]
+
+Each process is timed from the parent, so interpreter start-up counts on both sides; with --repeat N the
+fastest of N runs is kept on each side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+           PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests" / "numeric"),
+                                       os.environ.get("PYTHONPATH", "")]))
+
+EXPORT = """
+import sys, keras
+keras.applications.ResNet50(weights=None).export(sys.argv[1], verbose=False)
+"""
+
+FLOOR = """
+import sys, numpy as np, tensorflow as tf
+fn = (m := tf.saved_model.load(sys.argv[1])).signatures["serving_default"]
+rng = np.random.default_rng(0)
+spec = {k: s for k, s in fn.structured_input_signature[1].items()}
+x = {k: tf.constant(rng.standard_normal([2] + s.shape.as_list()[1:]), s.dtype) for k, s in spec.items()}
+with tf.GradientTape() as tape:
+    tape.watch(list(x.values()))
+    out = fn(**x)
+    y = tf.add_n([tf.reduce_sum(v * tf.constant(rng.standard_normal(v.shape), v.dtype)) for v in out.values()])
+grads = tape.gradient(y, list(x.values()) + list(fn.trainable_variables))
+print(sum(float(tf.reduce_sum(g)) for g in grads if g is not None) != 0.0)
+"""
+
+NUMERIC = """
+import json, sys
+from gradaudit.numeric import NumericOptions, run_numeric
+from gradaudit.numeric.savedmodel import declared_sources
+path, options = sys.argv[1], json.loads(sys.argv[2])
+sources, outputs = declared_sources(path)
+outcome = run_numeric(path, (), "serving_default", sources, outputs, [], NumericOptions(**options))
+print(json.dumps({"results": [r.to_dict() for r in outcome.results],
+                  "findings": [f.to_dict()["rule"] for f in outcome.findings],
+                  "notes": outcome.notes}))
+"""
+
+BUILD_SMALL = """
+import sys, builders
+for err in (0.0, 1e-4, 1e-6):
+    builders.custom_mlp(f"{sys.argv[1]}/err_{err:g}", err)
+"""
+
+# tf.test.compute_gradient differentiates with respect to its arguments only, so it checks the input x
+# (a loaded model's captured variables cannot be substituted differentiably).
+COMPUTE_GRADIENT = """
+import json, sys, time, numpy as np, tensorflow as tf
+fn = (m := tf.saved_model.load(sys.argv[1])).signatures["serving_default"]
+x0 = tf.constant(np.random.default_rng(0).standard_normal((2, 4)), tf.float32)
+start = time.perf_counter()
+(theoretical,), (numerical,) = tf.test.compute_gradient(lambda x: fn(x=x)["y"], [x0])
+seconds = time.perf_counter() - start
+error = float(np.max(np.abs(theoretical - numerical)))
+print(json.dumps({"max_abs_error": error, "max_rel_error": error / float(np.max(np.abs(theoretical))),
+                  "seconds": seconds}))
+"""
+
+
+def timed(script: str, *args: str, module: bool = False, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
+    command = [sys.executable, "-m" if module else "-c", script, *args]
+    start = time.perf_counter()
+    done = subprocess.run(command, env=ENV, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode not in ok:
+        raise SystemExit(f"subprocess failed:\n{done.stderr[-3000:]}")
+    lines = done.stdout.strip().splitlines()
+    return seconds, lines[-1] if lines else ""
+
+
+def verdicts(stdout: str) -> dict:
+    data = json.loads(stdout)
+    return {"checks": {f"{r['source']}->{r['output']}": (r["status"], r["rel_error"], r["dtype"],
+                                                       r["evaluations"]) for r in data["results"]},
+            "findings": data["findings"], "notes": data["notes"]}
+
+
+def resnet(tmp: str, repeat: int, whole_audit: bool) -> dict:
+    model = os.path.join(tmp, "resnet50")
+    print("exporting ResNet50 ...", file=sys.stderr)
+    timed(EXPORT, model)
+    floor, numeric, whole, last = [], [], [], ""
+    for i in range(repeat):
+        print(f"ResNet50 run {i + 1}/{repeat}: floor ...", file=sys.stderr)
+        floor.append(timed(FLOOR, model)[0])
+        print(f"ResNet50 run {i + 1}/{repeat}: run_numeric ...", file=sys.stderr)
+        seconds, last = timed(NUMERIC, model, "{}")
+        numeric.append(seconds)
+        if whole_audit:
+            print(f"ResNet50 run {i + 1}/{repeat}: gradaudit audit (every default pass) ...", file=sys.stderr)
+            whole.append(timed("gradaudit", "audit", model, "--format", "json", module=True, ok=(0, 1))[0])
+    report = {"floor_s": min(floor), "numeric_s": min(numeric), "ratio": min(numeric) / min(floor),
+              "all_floor_s": floor, "all_numeric_s": numeric, **verdicts(last)}
+    if whole:
+        report |= {"whole_audit_s": min(whole), "whole_ratio": min(whole) / min(floor)}
+    return report
+
+
+def small(tmp: str) -> dict:
+    print("small model: run_numeric vs tf.test.compute_gradient ...", file=sys.stderr)
+    timed(BUILD_SMALL, tmp)
+    rows = {}
+    for err in (0.0, 1e-4, 1e-6):
+        path = f"{tmp}/err_{err:g}"
+        row = {}
+        for label, options in (("float64 upcast (default)", {}), ("float32", {"upcast": False})):
+            seconds, out = timed(NUMERIC, path, json.dumps(options))
+            row[label] = {"process_s": seconds, **verdicts(out)}
+        seconds, out = timed(COMPUTE_GRADIENT, path)
+        cg = json.loads(out)
+        # The threshold TensorFlow's own float32 gradient tests use.
+        cg["verdict"] = "fail" if cg["max_abs_error"] > 1e-3 else "pass"
+        row["tf.test.compute_gradient (x)"] = {"process_s": seconds, **cg}
+        rows[f"custom gradient wrong by {err:g}"] = row
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--skip-resnet", action="store_true")
+    parser.add_argument("--whole-audit", action="store_true",
+                        help="also time `gradaudit audit` with every default pass (static, numeric, stability)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gradaudit-bench-") as tmp:
+        report = {"small": small(tmp)}
+        if not args.skip_resnet:
+            report["resnet50"] = resnet(tmp, args.repeat, args.whole_audit)
+    if "resnet50" in report:
+        r = report["resnet50"]
+        print(f"ResNet50: floor {r['floor_s']:.1f} s, run_numeric {r['numeric_s']:.1f} s, "
+              f"ratio {r['ratio']:.2f} (target <= 2)")
+        if "whole_audit_s" in r:
+            print(f"  whole default `gradaudit audit`: {r['whole_audit_s']:.1f} s, ratio {r['whole_ratio']:.2f}")
+        for check, (status, rel, dtype, evals) in r["checks"].items():
+            print(f"  {check}: {status} rel_error={rel} dtype={dtype} evaluations={evals}")
+    for case, row in report["small"].items():
+        print(case)
+        for label, data in row.items():
+            if "checks" in data:
+                checks = ", ".join(f"{k} {v[0]} ({v[1]:.1e})" if v[1] is not None else f"{k} {v[0]}"
+                                   for k, v in data["checks"].items())
+                print(f"  {label:26s} {data['process_s']:5.1f} s  {checks}  findings={data['findings']}")
+            else:
+                print(f"  {label:26s} {data['process_s']:5.1f} s  ({data['seconds']:.2f} s in the call)  "
+                      f"{data['verdict']}  max|J_autodiff - J_numeric| = {data['max_abs_error']:.2e} "
+                      f"(relative {data['max_rel_error']:.1e})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Numeric gradient checks: run the SavedModel and compare TensorFlow's gradients with finite differences.
+
+Entry point `run_numeric`, called by `gradaudit.audit` after the static pass; the model is loaded here
+and nowhere else. Results name a source per check: a float input, a single variable, or `ALL_VARIABLES`
+("*") for the trainable variables checked together (a failing group is followed by one result per
+variable found at fault); the output is a name, "*" for all float outputs together, or names joined by
+commas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..model import FlowEntry, Finding, NumericResult, Output, Source
+
+__all__ = ["ALL_VARIABLES", "NumericOptions", "NumericOutcome", "run_numeric", "run_numeric_function"]
+
+ALL_VARIABLES = "*"  # result `source` for the trainable variables checked together
+
+
+@dataclass(frozen=True)
+class NumericOptions:
+    seed: int = 0
+    batch_size: int = 2
+    dim: int = 4  # for unknown non-batch dimensions
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # --shape NAME=D0,D1
+    inputs_file: str | None = None  # --inputs FILE.npz, arrays by signature input key
+    upcast: bool = True  # try float64 evaluation
+
+
+@dataclass
+class NumericOutcome:
+    results: list[NumericResult]
+    findings: list[Finding]
+    notes: list[str]  # what could not be checked and why, shown in the report
+
+
+def run_numeric(model_dir: str, tags: tuple[str, ...], signature: str,
+                sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
+                options: NumericOptions, progress: Callable[[str], None] | None = None) -> NumericOutcome:
+    """Check, for every differentiable source of a SavedModel signature, that TensorFlow's gradient is
+    the derivative of the forward pass.
+
+    Never raises for a model that cannot load, run or be differentiated: those become results with
+    status `error` (and a finding when the model itself is at fault).
+    """
+    from .session import run_session
+
+    return _guarded(lambda: run_session(model_dir, tags, signature, sources, outputs, flow, options,
+                                        progress or (lambda _msg: None)))
+
+
+def run_numeric_function(fn, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
+                         options: NumericOptions, variable_names: Mapping[int, object] | None = None,
+                         progress: Callable[[str], None] | None = None) -> NumericOutcome:
+    """The same checks on a traced ConcreteFunction (Python and Keras targets). Inputs are named by their
+    placeholders' op names, outputs by `outputs` (in the function's flat output order), variables by
+    `variable_names` (id of the variable's handle -> an object with `.name`), else by `var.name`. The
+    float64 upcast needs a SavedModel, so these run in the function's own precision."""
+    from .session import run_function_session
+
+    return _guarded(lambda: run_function_session(fn, sources, outputs, flow, options, dict(variable_names or {}),
+                                                 progress or (lambda _msg: None)))
+
+
+def _guarded(run: Callable[[], NumericOutcome]) -> NumericOutcome:
+    from .runner import describe
+
+    try:
+        return run()
+    except Exception as exc:  # an internal error must not take the static report down with it
+        reason = f"numeric checks stopped: {describe(exc)}"
+        return NumericOutcome(
+            [NumericResult(source="*", output="*", status="error", rel_error=None, step=None, dtype=None,
+                           evaluations=0, reason=reason)], [], [reason])

@@ -1,0 +1,464 @@
+"""Directional gradient checks: which lines to sweep, how to read them, and what to report.
+
+One check compares <grad(u·f), v> with finite differences of u·f along v, for a random signed output
+cotangent u and a random direction v. A discrepancy is believed only once it is seen twice, the second
+time at a nearby point along a fresh direction (a ReLU or max-pool kink met along one line can look
+exactly like a wrong gradient); a failing group of variables is bisected until the variables at fault
+are named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..model import Finding, NumericResult, OpRef
+from ..rules import numeric as rules
+from . import ALL_VARIABLES, sweep
+from .runner import Runner
+from .sweep import Estimate, Ladder
+
+# Relative size of the move to "a nearby point": far beyond the largest float64 step, small enough to stay
+# in the same regime of the model.
+NEARBY = 1e-2
+# Balancing weights of the variables of a joint check stay within [1/limit, limit].
+BALANCE_LIMIT = {"float64": 10.0, "native": 10.0}
+# Op types whose gradient is a deliberate surrogate for a piecewise-constant forward: quantisers, and the
+# stop_gradient of a hand-written straight-through estimator.
+QUANTISERS = frozenset({
+    "FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel",
+    "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4",
+})
+STOPS = frozenset({"StopGradient", "PreventGradient"})
+
+
+@dataclass
+class Settings:
+    dtype: str  # the dtype the checks ran in, as reported ("float64", "float32", ...)
+    upcast: bool
+    eps: float
+    ladder: Ladder
+    floor: float  # discrepancies below floor * scale are never significant
+    resolution: float  # a check passes only if its error bound is below resolution * scale
+    op_types: frozenset[str]
+    custom_gradients: list[OpRef] = field(default_factory=list)  # the usual suspects of a mismatch
+
+
+@dataclass
+class Group:
+    """One check: a float input on its own, or a set of trainable variables together."""
+
+    source: str  # result name: the input, a variable, or ALL_VARIABLES for variables together
+    outputs: tuple[str, ...]
+    inputs: list[str] = field(default_factory=list)
+    variables: list[int] = field(default_factory=list)  # indices into Runner.vars
+
+
+@dataclass
+class Point:
+    """The gradient of u·f at a point, and the outputs there (phi(0) of every line through it)."""
+
+    g_in: dict[str, Any]  # tensors, None where TensorFlow finds no gradient
+    g_var: list[Any]
+    outputs: dict[str, np.ndarray]
+
+
+@dataclass
+class Attempt:
+    kind: str  # "pass" | "fail" | "surrogate" | "unresolved"
+    est: Estimate
+    point: Point
+    var_dirs: dict[int, np.ndarray]
+
+
+def _np(t) -> np.ndarray | None:
+    return None if t is None else np.asarray(t)
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if np.size(x) else 0.0
+
+
+def _agree(attempts: list[Attempt]) -> None:
+    """A failure confirms an earlier one only with the same sign: v follows the gradient's signs, so a
+    gradient off by a factor, or with flipped signs, errs the same way along every direction, while the
+    error a kink leaves has a random sign. A disagreeing pair of small discrepancies is unresolved; large
+    ones (a gradient missing for part of the source, whose components get random signs) stand."""
+    fails = [a for a in attempts if a.kind == "fail"]
+    if len(fails) == 2 and all(a.est.rel_error < 0.5 for a in fails) and (
+            (fails[0].est.delta > 0) != (fails[1].est.delta > 0)):
+        for a in fails:
+            a.kind = "unresolved"
+
+
+def output_label(outputs: tuple[str, ...], all_float: list[str]) -> str:
+    if len(outputs) == 1:
+        return outputs[0]
+    return "*" if set(outputs) == set(all_float) else ",".join(outputs)
+
+
+class Checker:
+    def __init__(self, runner: Runner, settings: Settings, rng: np.random.Generator,
+                 progress: Callable[[str], None] | None = None):
+        self.runner = runner
+        self.s = settings
+        self.rng = rng
+        self.progress = progress or (lambda _msg: None)
+        self.results: list[NumericResult] = []
+        self.findings: list[Finding] = []
+        self.notes: list[str] = []
+        self._zero = runner.prepare({}, {}, {}, [None] * len(runner.vars))
+        self.base_outputs: dict[str, np.ndarray] = {}
+
+    # -- the whole run ---------------------------------------------------------------------------
+    def run(self, groups: list[Group], random_ops: list[str]) -> None:
+        """Check every group at the base point. Outputs that change between two evaluations at the same
+        point are left out of every check: they are reported as nondeterministic, never as mismatches."""
+        r = self.runner
+        self.base_outputs = r.evaluate(0.0, self._zero)[1]
+        everything = tuple(r.float_outputs)
+        u_all = self.cotangent(everything)
+        outputs, g_in, g_var = r.gradient(self._full(u_all))
+        points = {everything: (u_all, Point(g_in, g_var, self.base_outputs))}
+        again = [outputs]
+        if random_ops:
+            # Seeded random kernels repeat themselves in each new graph: ask the same graph twice.
+            again.append(r.evaluate(0.0, self._zero)[1])
+        unstable = self._nondeterministic(again, groups, random_ops)
+        for group in groups:
+            outs = tuple(o for o in group.outputs if o not in unstable)
+            if not outs:
+                self.results.append(NumericResult(
+                    source=group.source, output=output_label(group.outputs, r.float_outputs),
+                    status="inconclusive", rel_error=None, step=None, dtype=self.s.dtype, evaluations=2,
+                    reason="nondeterministic: two evaluations at the same point differ"))
+                continue
+            group.outputs = outs
+            if outs not in points:
+                u = self.cotangent(outs)
+                points[outs] = (u, self._gradient(u, self.base_outputs))
+            self.check_group(group, *points[outs])
+
+    def _nondeterministic(self, again: list[dict[str, np.ndarray]], groups: list[Group],
+                          random_ops: list[str]) -> set[str]:
+        # The gradient graph and the evaluation graph may round differently: count only differences far
+        # beyond rounding.
+        tolerance = max(1e3 * self.s.eps, 1e-9)
+        unstable: dict[str, float] = {}
+        for o in self.runner.float_outputs:
+            a = np.asarray(self.base_outputs[o], np.float64)
+            if not a.size or not np.all(np.isfinite(a)):
+                continue
+            size = max(float(np.max(np.abs(a))), 1e-30)
+            diff = max(float(np.max(np.abs(a - np.asarray(b[o], np.float64)))) for b in again)
+            if not diff <= tolerance * size:  # NaN counts as a difference
+                unstable[o] = diff / size
+        if unstable:
+            sources = sorted({g.source for g in groups if set(g.outputs) & set(unstable)})
+            ops = f" The model runs stateful random ops ({', '.join(random_ops)})." if random_ops else ""
+            worst = max(unstable, key=unstable.get)
+            self.findings.append(rules.Nondeterministic.finding(
+                f"Two evaluations at the same point differ (relative difference {unstable[worst]:.1e} in "
+                f"{worst}).{ops} Gradient checks through {', '.join(sorted(unstable))} are not reported.",
+                sources=tuple(sources), outputs=tuple(sorted(unstable))))
+        return set(unstable)
+
+    # -- cotangents, directions, points ------------------------------------------------------------
+    def cotangent(self, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """Random signed cotangent, each output scaled by its own magnitude (never ones: the gradient
+        of sum(softmax(x)) is exactly zero)."""
+        u = {}
+        for o in outputs:
+            y = self.base_outputs[o]
+            u[o] = self.rng.standard_normal(np.shape(y)) / (_rms(y) or 1.0)
+        return u
+
+    def _full(self, u: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {o: u[o] if o in u else np.zeros(np.shape(self.base_outputs[o])) for o in self.runner.float_outputs}
+
+    def _gradient(self, u, outputs: dict[str, np.ndarray]) -> Point:
+        _outputs, g_in, g_var = self.runner.gradient(self._full(u))
+        return Point(g_in, g_var, outputs)
+
+    def direction(self, value: np.ndarray, gradient: np.ndarray | None = None) -> np.ndarray:
+        """A random direction scaled by the value's magnitude. Given the gradient, each component takes
+        the gradient's sign (a random one where it is zero): <g, v> has no cancellation, so a gradient
+        off by a constant factor shows its full relative error, and every component is still probed."""
+        dtype = np.float64 if np.asarray(value).dtype == np.float64 else np.float32
+        r = self.rng.standard_normal(np.shape(value), dtype=dtype)
+        if gradient is not None:
+            signs = np.sign(gradient).astype(dtype)
+            zero = signs == 0
+            signs[zero] = np.sign(r[zero])
+            r = np.abs(r) * signs
+        return r * dtype(_rms(value) or 1.0)
+
+    def _balanced(self, group: Group, point: Point) -> dict[int, np.ndarray]:
+        """Directions for the group's variables, weighted so that each variable contributes about as
+        much to <g, v>: a large variable must not hide a small one's error."""
+        r = self.runner
+        g = {i: _np(point.g_var[i]) for i in group.variables}
+        raw = {i: self.direction(np.asarray(r.var_base[i]), g[i]) for i in group.variables}
+        size = {i: float(np.sum(np.abs(g[i] * raw[i]), dtype=np.float64)) if g[i] is not None else 0.0
+                for i in group.variables}
+        positive = [s for s in size.values() if s > 0]
+        if len(raw) == 1 or not positive:
+            return raw
+        target = float(np.median(positive))
+        limit = BALANCE_LIMIT["float64" if self.s.upcast else "native"]
+        weights = {i: float(np.clip(target / size[i], 1 / limit, limit)) if size[i] > 0 else limit
+                   for i in group.variables}
+        # No variable moves by more than the step (relative to its magnitude): the line stays as close
+        # to linear as an input's.
+        top = max(weights.values())
+        return {i: raw[i] * raw[i].dtype.type(weights[i] / top) for i in group.variables}
+
+    def _nearby(self, group: Group, u, snapshot) -> Point:
+        r = self.runner
+        inputs, var_base = dict(snapshot[0]), list(snapshot[1])
+        for n in group.inputs:
+            value = np.asarray(inputs[n])
+            inputs[n] = value + NEARBY * self.direction(value)
+        for i in group.variables:
+            value = np.asarray(var_base[i])
+            var_base[i] = value + NEARBY * self.direction(value)
+        r.move_to(inputs, var_base)
+        outputs = r.evaluate(0.0, self._zero)[1]
+        return self._gradient(u, outputs)
+
+    # -- one line --------------------------------------------------------------------------------
+    def _phi(self, u: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> float:
+        return float(sum(np.sum(u[o] * np.asarray(outputs[o], dtype=np.float64)) for o in u))
+
+    def _sweep(self, u, point: Point, in_dirs: dict[str, np.ndarray],
+               var_dirs: dict[int, np.ndarray]) -> Estimate:
+        r = self.runner
+        terms = [(_np(point.g_in[n]), d) for n, d in in_dirs.items()]
+        terms += [(_np(point.g_var[i]), d) for i, d in var_dirs.items()]
+        terms = [(g, d) for g, d in terms if g is not None]
+        autodiff = float(sum(np.sum(g * d, dtype=np.float64) for g, d in terms))
+        scale = float(sum(np.sum(np.abs(g * d), dtype=np.float64) for g, d in terms))
+        prepared = r.prepare(in_dirs, var_dirs, point.g_in, point.g_var)
+        phi_norm = float(np.sqrt(sum(np.sum(np.square(u[o] * np.asarray(point.outputs[o], np.float64)))
+                                     for o in u)))
+
+        def evaluate(t: float) -> tuple[float, float]:
+            lin, outputs = r.evaluate(t, prepared)
+            return self._phi(u, outputs), lin
+
+        line = sweep.Line(evaluate=evaluate, autodiff=autodiff, scale=scale,
+                          sigma_floor=0.5 * self.s.eps * phi_norm, phi_norm=phi_norm,
+                          low_precision_autodiff=not self.s.upcast, phi0=self._phi(u, point.outputs))
+        try:
+            return sweep.run(line, self.s.ladder, self.s.floor, self.s.resolution)
+        finally:
+            if var_dirs:
+                r.restore()
+
+    def _attempt(self, group: Group, u, point: Point) -> Attempt:
+        inputs = self.runner.inputs
+        in_dirs = {n: self.direction(np.asarray(inputs[n]), _np(point.g_in[n])) for n in group.inputs}
+        var_dirs = self._balanced(group, point)
+        est = self._sweep(u, point, in_dirs, var_dirs)
+        return Attempt(sweep.classify(est, self.s.floor, self.s.resolution), est, point, var_dirs)
+
+    # -- one group -------------------------------------------------------------------------------
+    def check_group(self, group: Group, u, point: Point) -> None:
+        r = self.runner
+        self.progress(f"checking {group.source} -> {output_label(group.outputs, r.float_outputs)}")
+        if not self._finite_at(u, point, group):
+            self.results.append(NumericResult(
+                source=group.source, output=output_label(group.outputs, r.float_outputs),
+                status="inconclusive", rel_error=None, step=None, dtype=self.s.dtype, evaluations=2,
+                reason="the outputs or the gradient are NaN or Inf at the checked point (numerical "
+                       "stability); pass valid inputs with --inputs"))
+            return
+        snapshot = r.snapshot()
+        evaluations = 1  # the gradient at the base point
+        attempts: list[Attempt] = []
+        try:
+            for _ in range(3):
+                if attempts:
+                    # Confirm elsewhere: a nearby point and a fresh direction, so that kinks met along
+                    # the first line are not met again.
+                    point = self._nearby(group, u, snapshot)
+                    evaluations += 2
+                attempts.append(self._attempt(group, u, point))
+                evaluations += attempts[-1].est.evaluations
+                _agree(attempts)
+                kinds = [a.kind for a in attempts]
+                if kinds[-1] == "pass" or kinds.count("fail") == 2 or kinds.count("surrogate") == 2:
+                    break
+            self._report(group, attempts, evaluations, u)
+        finally:
+            if len(attempts) > 1:
+                r.move_to(*snapshot)
+
+    def _finite_at(self, u, point: Point, group: Group) -> bool:
+        if not np.isfinite(self._phi(u, point.outputs)):
+            return False
+        grads = [point.g_in[n] for n in group.inputs] + [point.g_var[i] for i in group.variables]
+        return all(g is None or np.all(np.isfinite(np.asarray(g))) for g in grads)
+
+    def _report(self, group: Group, attempts: list[Attempt], evaluations: int, u) -> None:
+        kinds = [a.kind for a in attempts]
+        est = attempts[-1].est
+        label = output_label(group.outputs, self.runner.float_outputs)
+        said = self._outputs_text(group)
+
+        def result(status: str, reason: str | None, source: str = group.source, e: Estimate = est,
+                   evals: int = evaluations) -> NumericResult:
+            return NumericResult(source=source, output=label, status=status, rel_error=_finite(e.rel_error),
+                                 step=e.step, dtype=self.s.dtype, evaluations=evals, reason=reason)
+
+        if kinds[-1] == "pass":
+            reason = None
+            if "fail" in kinds[:-1]:
+                worst = max(a.est.rel_error for a in attempts if a.kind == "fail")
+                reason = (f"passed at a nearby point; the discrepancy seen first (rel. error {worst:.1e}) "
+                          f"was a kink along that line")
+            elif len(attempts) > 1:
+                reason = (f"passed at a nearby point; along {len(attempts) - 1} earlier line(s) the "
+                          f"difference quotients did not settle (kinks)")
+            if est.scale == 0.0:
+                reason = "gradient and finite differences are both zero at the checked point"
+                if self._missing(group, attempts[-1].point):
+                    self.notes.append(
+                        f"{group.source}: the static pass found a gradient path to {said}; TensorFlow "
+                        f"returns no gradient and the outputs do not move with it at the checked point.")
+            self.results.append(result("pass", reason))
+        elif kinds.count("surrogate") == 2 or (
+                "surrogate" in kinds and "fail" not in kinds and self.s.op_types & (QUANTISERS | STOPS)):
+            # Confirmed twice, or once where the model holds the ops straight-through estimators use.
+            est = next(a.est for a in attempts if a.kind == "surrogate")
+            self.results.append(result(
+                "inconclusive", f"surrogate gradient: the forward is flat along the direction (numeric "
+                f"derivative {est.numeric:.2e}) while the gradient is not ({est.autodiff:.2e})", e=est))
+            self.findings.append(rules.SurrogateGradient.finding(
+                f"The gradient of {said} with respect to {self._describe(group)} is a surrogate: the forward "
+                f"pass is piecewise constant along a random direction (derivative {est.numeric:.2e}) while "
+                f"TensorFlow's gradient is {est.autodiff:.2e}, as with a straight-through estimator.",
+                sources=self._sources(group), outputs=group.outputs))
+        elif kinds.count("fail") == 2:
+            self._report_failure(group, attempts, evaluations, u, result)
+        else:
+            self.results.append(result("inconclusive", self._unresolved_reason(attempts)))
+            # Quantised forwards jump at every step size (many elements cross quantisation levels): with
+            # a quantiser or a straight-through stop_gradient in the model, that is its surrogate.
+            jumps = any(a.est.jumpy for a in attempts)
+            rough = jumps or any(a.est.kinky for a in attempts)
+            ops = (self.s.op_types & QUANTISERS if rough else set()) | (self.s.op_types & STOPS if jumps else set())
+            if ops:
+                self.findings.append(rules.SurrogateGradient.finding(
+                    f"The forward pass from {self._describe(group)} to {said} jumps along random "
+                    f"directions and the model uses {', '.join(sorted(ops))}: its gradient is a surrogate, "
+                    f"not a derivative, and it cannot be checked numerically.",
+                    sources=self._sources(group), outputs=group.outputs))
+
+    def _unresolved_reason(self, attempts: list[Attempt]) -> str:
+        if any(a.est.nonfinite for a in attempts):
+            why = "the outputs become NaN or Inf along the direction (numerical stability)"
+        elif any(a.est.jumpy for a in attempts):
+            why = "the forward jumps along the direction (a discontinuity or quantisation)"
+        elif any(a.kind == "fail" for a in attempts):
+            worst = max(a.est.rel_error for a in attempts if a.kind == "fail")
+            why = f"a discrepancy (rel. error {worst:.1e}) seen at one point was not confirmed at another"
+        else:
+            why = (f"the difference quotients do not converge (error bound {attempts[-1].est.rel_bound:.1e} "
+                   f"relative: kinks or rounding noise in {self.s.dtype})")
+        return f"{why}; {len(attempts)} points tried"
+
+    def _missing(self, group: Group, point: Point) -> list[str]:
+        names = [n for n in group.inputs if point.g_in.get(n) is None]
+        names += [self.runner.var_names[i] for i in group.variables if point.g_var[i] is None]
+        return names
+
+    @staticmethod
+    def _outputs_text(group: Group) -> str:
+        return group.outputs[0] if len(group.outputs) == 1 else "outputs " + ", ".join(group.outputs)
+
+    def _describe(self, group: Group) -> str:
+        if group.source != ALL_VARIABLES:
+            return group.source
+        return f"the {len(group.variables)} trainable variables"
+
+    def _sources(self, group: Group) -> tuple[str, ...]:
+        if group.inputs:
+            return tuple(group.inputs)
+        return tuple(self.runner.var_names[i] for i in group.variables)
+
+    def _report_failure(self, group: Group, attempts: list[Attempt], evaluations: int, u, result) -> None:
+        failed = [a for a in attempts if a.kind == "fail"]
+        confirming = failed[-1]  # the runner still sits at its point
+        culprits: list[tuple[list[int], Estimate]] = []
+        if len(group.variables) > 1:
+            culprits, spent = self._bisect(group, u, confirming)
+            evaluations += spent
+        names = lambda idx: [self.runner.var_names[i] for i in idx]  # noqa: E731
+        pinned = [n for idx, _ in culprits for n in names(idx)]
+        self.results.append(result("fail", f"pinned to {', '.join(pinned)}" if pinned else None,
+                                    e=failed[0].est, evals=evaluations))
+        if group.inputs:
+            self._mismatch(group, group.inputs, failed[0].est, confirming.point)
+            return
+        for idx, e in culprits or [(group.variables, failed[0].est)]:
+            if len(idx) == 1 and len(group.variables) > 1:
+                self.results.append(result("fail", None, source=names(idx)[0], e=e, evals=e.evaluations))
+            self._mismatch(group, names(idx), e, confirming.point, idx)
+
+    def _mismatch(self, group: Group, names: list[str], est: Estimate, point: Point,
+                  var_idx: list[int] | None = None) -> None:
+        label = self._outputs_text(group)
+        if var_idx is None:
+            missing = [n for n in names if point.g_in.get(n) is None]
+        else:
+            missing = [self.runner.var_names[i] for i in var_idx if point.g_var[i] is None]
+        where = names[0] if len(names) == 1 else (
+            f"{len(names)} variables ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})")
+        if missing and len(missing) == len(names):
+            self.findings.append(rules.MissingGradient.finding(
+                f"TensorFlow returns no gradient of {label} with respect to {where}, although the outputs "
+                f"change with it (finite-difference derivative {est.numeric:.3e} along a random "
+                f"direction, in {self.s.dtype}).", sources=tuple(names), outputs=group.outputs))
+            return
+        suspects = self.s.custom_gradients
+        hint = ""
+        if suspects:
+            shown = ", ".join(f"{op.op_name} in {op.function}" for op in suspects[:3])
+            hint = f" The model's custom gradients: {shown}{', ...' if len(suspects) > 3 else ''}."
+        self.findings.append(rules.GradientMismatch.finding(
+            f"The gradient of {label} with respect to {where} disagrees with finite differences: relative "
+            f"error {est.rel_error:.2e} (error bound {est.rel_bound:.1e}, step {est.step:.1e}, "
+            f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), seen at "
+            f"two points.{hint}", op=suspects[0] if len(suspects) == 1 else None,
+            sources=tuple(names), outputs=group.outputs))
+
+    def _bisect(self, group: Group, u, confirming: Attempt) -> tuple[list[tuple[list[int], Estimate]], int]:
+        """Split the failing variables in halves and keep the halves that still fail, down to single
+        variables. Returns the smallest failing sets found and the evaluations spent."""
+        spent = 0
+        found: list[tuple[list[int], Estimate]] = []
+        todo = [(list(group.variables), confirming.est)]
+        while todo:
+            idx, idx_est = todo.pop()
+            if len(idx) == 1:
+                found.append((idx, idx_est))
+                continue
+            failing = []
+            for part in (idx[:len(idx) // 2], idx[len(idx) // 2:]):
+                est = self._sweep(u, confirming.point, {}, {i: confirming.var_dirs[i] for i in part})
+                spent += est.evaluations
+                if sweep.classify(est, self.s.floor, self.s.resolution) == "fail":
+                    failing.append((part, est))
+            if failing:
+                todo.extend(failing)
+            else:  # the discrepancy only shows with the halves together: name the set
+                found.append((idx, idx_est))
+        return sorted(found, key=lambda item: item[0]), spent

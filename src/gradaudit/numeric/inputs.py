@@ -1,0 +1,69 @@
+"""The point where gradients are checked: signature inputs synthesised from their specs, or read from --inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+class InputError(ValueError):
+    """An input cannot be built (unknown rank, shape mismatch, bad --inputs file)."""
+
+
+def _shape(name: str, spec: Any, batch_size: int, dim: int,
+           shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
+    known = spec.shape.as_list() if spec.shape.rank is not None else None
+    if name in shapes:
+        wanted = tuple(int(d) for d in shapes[name])
+        if known is not None and (len(known) != len(wanted) or any(
+                k is not None and k != w for k, w in zip(known, wanted))):
+            raise InputError(f"--shape {name}={','.join(map(str, wanted))} does not fit the "
+                             f"signature shape {known}")
+        return wanted
+    if known is None:
+        raise InputError(f"input {name!r} has unknown rank: pass --shape {name}=D0,D1,... or --inputs")
+    return tuple(d if d is not None else (batch_size if i == 0 else dim) for i, d in enumerate(known))
+
+
+def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int,
+               shapes: Mapping[str, tuple[int, ...]], inputs_file: str | None) -> dict[str, np.ndarray]:
+    """One array per signature input, in the input's own dtype.
+
+    Floats are N(0, 1) (seeded), integers zeros (always valid indices), bools False, strings empty.
+    Arrays from `inputs_file` (an .npz keyed by signature input name) take precedence.
+    """
+    given: dict[str, np.ndarray] = {}
+    if inputs_file:
+        try:
+            with np.load(inputs_file, allow_pickle=False) as data:
+                given = {k: data[k] for k in data.files}
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read --inputs {inputs_file}: {exc}") from exc
+        unknown = sorted(set(given) - set(specs))
+        if unknown:
+            raise InputError(f"--inputs {inputs_file} has arrays {unknown} that are not signature "
+                             f"inputs ({sorted(specs)})")
+    rng = np.random.default_rng(seed)
+    arrays: dict[str, np.ndarray] = {}
+    for name in sorted(specs):
+        spec = specs[name]
+        np_dtype = spec.dtype.as_numpy_dtype
+        if name in given:
+            value = np.asarray(given[name])
+            if spec.shape.rank is not None and not spec.shape.is_compatible_with(value.shape):
+                raise InputError(f"--inputs array {name!r} has shape {list(value.shape)}, the signature "
+                                 f"wants {spec.shape.as_list()}")
+            arrays[name] = value.astype(np_dtype)
+            continue
+        shape = _shape(name, spec, batch_size, dim, shapes)
+        if spec.dtype.is_floating or spec.dtype.is_complex:
+            arrays[name] = rng.standard_normal(shape).astype(np_dtype)
+        elif spec.dtype.is_bool:
+            arrays[name] = np.zeros(shape, dtype=bool)
+        elif spec.dtype == "string":
+            arrays[name] = np.full(shape, b"", dtype=object)
+        else:
+            arrays[name] = np.zeros(shape, dtype=np_dtype)
+    return arrays

@@ -1,0 +1,216 @@
+"""The loaded model as the checks see it: one traced gradient function and one traced evaluation function.
+
+Both are traced once; steps, points, directions and cotangents are tensor arguments, so a whole audit
+costs one trace of each, whatever the number of steps and checks.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .savedmodel import SavedModelInfo, checkpoint_values
+from .upcast import write_float64_copy
+
+
+class ModelError(RuntimeError):
+    """The loaded model cannot run (stage "forward") or be differentiated (stage "gradient")."""
+
+    def __init__(self, message: str, stage: str):
+        super().__init__(message)
+        self.stage = stage
+
+
+def describe(exc: BaseException) -> str:
+    """TensorFlow's one-line reason for an exception (its `message` without the traceback part)."""
+    text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    for ln in lines:  # keep TensorFlow's useful sentence, not its advice
+        if "Could not find callback" in ln or "No gradient defined" in ln:
+            return ln.split(". ")[0].rstrip(".")[:300]
+    return (f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__)[:300]
+
+
+@dataclass
+class Loaded:
+    obj: Any  # keep the loaded object alive while its functions are used
+    fn: Any  # the signature's ConcreteFunction
+    dtype: str  # "float64" for the upcast copy, else "native"
+    tmpdir: tempfile.TemporaryDirectory | None = None
+
+    def close(self) -> None:
+        if self.tmpdir is not None:
+            self.tmpdir.cleanup()
+
+
+def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool) -> Loaded:
+    import tensorflow as tf
+
+    tag_list = list(tags) if tags else None
+    if not float64:
+        obj = tf.saved_model.load(info.path, tags=tag_list)
+        return Loaded(obj, obj.signatures[info.signature], "native")
+    tmp = tempfile.TemporaryDirectory(prefix="gradaudit-f64-")
+    try:
+        write_float64_copy(info, tmp.name)
+        obj = tf.saved_model.load(tmp.name, tags=tag_list,
+                                  options=tf.saved_model.LoadOptions(experimental_skip_checkpoint=True))
+        fn = obj.signatures[info.signature]
+        values = checkpoint_values(info)
+        by_handle = {id(v.handle): v for v in fn.variables}
+        for b in info.bound:
+            if b is not None:
+                var = by_handle[id(fn.captured_inputs[b.position])]
+                var.assign(values[b.node_id].astype(var.dtype.as_numpy_dtype))
+    except BaseException:
+        tmp.cleanup()
+        raise
+    return Loaded(obj, fn, "float64", tmp)
+
+
+def signature_variables(info: SavedModelInfo, fn) -> dict[str, Any]:
+    """SavedVariable name -> loaded variable, via the object graph's bound inputs (exact even when two
+    variables share a name); models without an object graph fall back to `var.name` minus ':0'."""
+    by_handle = {id(v.handle): v for v in fn.variables}
+    names = info.variable_names()
+    if names and len(fn.captured_inputs) == len(info.bound):
+        return {names[i]: by_handle[id(h)] for i, h in enumerate(fn.captured_inputs)
+                if i in names and id(h) in by_handle}
+    return {v.name.split(":")[0]: v for v in fn.variables}
+
+
+class PositionalFunction:
+    """A concrete function with positional inputs and any output structure, called with inputs by name
+    and returning outputs by name (the names the static pass gives them)."""
+
+    def __init__(self, fn, input_names: list[str], output_names: list[str]):
+        self.fn, self.input_names, self.output_names = fn, input_names, output_names
+
+    def __call__(self, **inputs):
+        import tensorflow as tf
+
+        flat = tf.nest.flatten(self.fn(*[inputs[n] for n in self.input_names]))
+        return dict(zip(self.output_names, flat))
+
+
+class Runner:
+    """Evaluates and differentiates u·f at a point (input values, variable values) and along lines."""
+
+    def __init__(self, fn: Callable[..., dict[str, Any]], inputs: dict[str, np.ndarray], input_sources: list[str],
+                 variables: list[tuple[str, Any]], float_outputs: list[str], specs: dict[str, Any] | None = None):
+        """`fn(**inputs)` returns the outputs by name; `specs` are its inputs' TensorSpecs by name (by
+        default the signature's, `fn.structured_input_signature`)."""
+        import tensorflow as tf
+
+        self.fn = fn
+        specs = specs if specs is not None else fn.structured_input_signature[1]
+        self.input_dtypes = {k: specs[k].dtype for k in specs}
+        self.inputs = {k: tf.constant(inputs[k], dtype=self.input_dtypes[k]) for k in specs}
+        self.input_sources = input_sources
+        self.var_names = [n for n, _ in variables]
+        self.vars = [v for _, v in variables]
+        self.var_base = [tf.identity(v) for v in self.vars]
+        self.float_outputs = float_outputs
+        self._zero_in = {n: tf.zeros_like(self.inputs[n]) for n in input_sources}
+        self._zero_var = [tf.zeros_like(b) for b in self.var_base]
+        # No autograph: the bodies are plain Python loops over a fixed structure.
+        self._gradient = tf.function(self._gradient_impl, autograph=False)
+        self._evaluate = tf.function(self._evaluate_impl, autograph=False)
+
+    # -- traced bodies -------------------------------------------------------------------------
+    def _gradient_impl(self, inputs, u):
+        import tensorflow as tf
+
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            for n in self.input_sources:
+                tape.watch(inputs[n])
+            for v in self.vars:
+                tape.watch(v)
+            out = self.fn(**inputs)
+            phi = tf.add_n([tf.reduce_sum(tf.cast(out[o], tf.float64) * u[o]) for o in self.float_outputs])
+        g_in, g_var = tape.gradient(phi, ([inputs[n] for n in self.input_sources], self.vars))
+
+        def dense(g):  # embedding lookups give IndexedSlices
+            return None if g is None else tf.convert_to_tensor(g)
+
+        return out, {n: dense(g) for n, g in zip(self.input_sources, g_in)}, [dense(g) for g in g_var]
+
+    def _evaluate_impl(self, t, inputs, in_dirs, var_base, var_dirs, g_in, g_var):
+        import tensorflow as tf
+
+        def change(g, p, base):  # <g, p - base>, exact: p - base is computed in float64
+            return tf.reduce_sum(tf.cast(g, tf.float64) * (tf.cast(p, tf.float64) - tf.cast(base, tf.float64)))
+
+        moved = dict(inputs)
+        lin = tf.constant(0.0, tf.float64)
+        for n in self.input_sources:
+            moved[n] = inputs[n] + tf.cast(t, inputs[n].dtype) * in_dirs[n]
+            lin += change(g_in[n], moved[n], inputs[n])
+        for v, b, d, g in zip(self.vars, var_base, var_dirs, g_var):
+            p = b + tf.cast(t, b.dtype) * d
+            v.assign(p)
+            lin += change(g, p, b)
+        return lin, self.fn(**moved)
+
+    # -- calls -----------------------------------------------------------------------------------
+    def gradient(self, u: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, Any], list[Any]]:
+        """(outputs, input gradients, variable gradients) of u·f at the base point, gradients as tensors
+        in the model's dtype; None where TensorFlow finds no gradient."""
+        import tensorflow as tf
+
+        try:
+            out, g_in, g_var = self._gradient(self.inputs, {o: tf.constant(u[o]) for o in self.float_outputs})
+        except (LookupError, tf.errors.OpError, ValueError, TypeError) as exc:
+            raise ModelError(describe(exc), "gradient") from exc
+        return {k: np.asarray(v) for k, v in out.items()}, g_in, g_var
+
+    def prepare(self, in_dirs: dict[str, np.ndarray], var_dirs: dict[int, np.ndarray],
+                g_in: dict[str, Any], g_var: list[Any]) -> tuple:
+        """Arguments of `evaluate` for one line: directions (zero where not given) and the gradients at
+        the base point (only those along the line count)."""
+        import tensorflow as tf
+
+        def pick(g, zero, moving):
+            return g if moving and g is not None else zero
+
+        return (
+            {n: tf.constant(in_dirs[n], self.input_dtypes[n]) if n in in_dirs else self._zero_in[n]
+             for n in self.input_sources},
+            [tf.constant(var_dirs[i], b.dtype) if i in var_dirs else z
+             for i, (z, b) in enumerate(zip(self._zero_var, self.var_base))],
+            {n: pick(g_in.get(n), self._zero_in[n], n in in_dirs) for n in self.input_sources},
+            [pick(g, z, i in var_dirs) for i, (g, z) in enumerate(zip(g_var, self._zero_var))],
+        )
+
+    def evaluate(self, t: float, prepared: tuple) -> tuple[float, dict[str, np.ndarray]]:
+        """(<g, p(t) - base>, outputs at p(t)) with p(t) = base + t * direction; variables stay moved
+        until `restore()`."""
+        import tensorflow as tf
+
+        in_d, var_d, in_g, var_g = prepared
+        try:
+            lin, out = self._evaluate(tf.constant(t, tf.float64), self.inputs, in_d, self.var_base, var_d,
+                                      in_g, var_g)
+        except (tf.errors.OpError, ValueError, TypeError) as exc:
+            raise ModelError(describe(exc), "forward") from exc
+        return float(lin), {k: np.asarray(v) for k, v in out.items()}
+
+    def snapshot(self) -> tuple[dict[str, Any], list[Any]]:
+        return dict(self.inputs), list(self.var_base)
+
+    def move_to(self, inputs: dict[str, Any], var_base: list[Any]) -> None:
+        """Make (inputs, variable values) the base point; arrays or tensors."""
+        import tensorflow as tf
+
+        self.inputs = {k: tf.convert_to_tensor(v, self.input_dtypes[k]) for k, v in inputs.items()}
+        self.var_base = [tf.convert_to_tensor(v, b.dtype) for v, b in zip(var_base, self.var_base)]
+        self.restore()
+
+    def restore(self) -> None:
+        """Variables back to the base point after a line was evaluated."""
+        for v, b in zip(self.vars, self.var_base):
+            v.assign(b)

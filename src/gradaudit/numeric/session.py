@@ -1,0 +1,273 @@
+"""One numeric session: choose the precision, load the model, build the point, group the sources, check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..model import FlowEntry, NumericResult, OpRef, Output, Source
+from ..rules import numeric as rules
+from . import ALL_VARIABLES, NumericOptions, NumericOutcome
+from .checks import Checker, Group, Settings, output_label
+from .inputs import InputError, synthesise
+from .runner import ModelError, PositionalFunction, Runner, describe, load, signature_variables
+from .savedmodel import SavedModelInfo, read_saved_model
+from .sweep import ladder_for
+from .upcast import float64_blockers
+
+EPS = {"float16": 9.77e-4, "bfloat16": 7.82e-3, "float32": 1.19e-7, "float64": 2.22e-16}
+RESOLUTION = 1e-2  # a check that cannot bound the relative error below 1% is inconclusive
+FLOOR_ULPS = 100  # relative discrepancies below 100 eps are never significant
+
+
+def _random_ops(op_types: frozenset[str]) -> list[str]:
+    from tensorflow.python.framework import op_def_registry
+
+    found = []
+    for op in op_types:
+        op_def = op_def_registry.get(op)
+        if op_def is not None and op_def.is_stateful and not op.startswith("Stateless") and any(
+                k in op for k in ("Random", "Rng", "Multinomial", "TruncatedNormal")):
+            found.append(op)
+    return sorted(found)
+
+
+class _Plan:
+    """Which inputs, variables and outputs take part, from the static pass's lists and flow. Built from
+    a SavedModel signature (`_Plan(info, ...)`) or from a function's specs (`_Plan.of_function`)."""
+
+    def __init__(self, info: SavedModelInfo, sources: list[Source], outputs: list[Output], flow: list[FlowEntry]):
+        import tensorflow as tf
+
+        sig = info.meta_graph.signature_def
+        if info.signature not in sig:
+            raise KeyError(f"signature {info.signature!r} not found (have {sorted(sig)})")
+        sig = sig[info.signature]
+        self._setup({k: tf.TensorSpec(tf.TensorShape(t.tensor_shape), tf.as_dtype(t.dtype))
+                     for k, t in sig.inputs.items()},
+                    {k: tf.as_dtype(t.dtype) for k, t in sig.outputs.items()}, sources, outputs, flow)
+
+    @classmethod
+    def of_function(cls, specs: dict[str, Any], out_dtypes: dict[str, Any], sources: list[Source],
+                    outputs: list[Output], flow: list[FlowEntry]) -> _Plan:
+        plan = cls.__new__(cls)
+        plan._setup(specs, out_dtypes, sources, outputs, flow)
+        return plan
+
+    def _setup(self, specs: dict[str, Any], out_dtypes: dict[str, Any], sources: list[Source],
+               outputs: list[Output], flow: list[FlowEntry]) -> None:
+        import tensorflow as tf
+
+        self.specs = specs
+        wanted = [o.name for o in outputs if o.name in out_dtypes] or sorted(out_dtypes)
+        self.float_outputs = [o for o in wanted if out_dtypes[o].is_floating]
+        self.input_sources = [s.name for s in sources if s.kind == "input" and s.differentiable
+                              and s.name in specs and specs[s.name].dtype.is_floating]
+        self.variable_sources = [s.name for s in sources if s.kind == "variable" and s.differentiable]
+        floats = [out_dtypes[o] for o in self.float_outputs] + [specs[n].dtype for n in self.input_sources]
+        floats += [tf.as_dtype(s.dtype) for s in sources if s.kind == "variable" and s.differentiable
+                   and s.dtype in EPS]
+        self.native = max((d.name for d in floats if d.name in EPS), key=EPS.get, default="float32")
+        self._status = {(f.source, f.output): f.status for f in flow}
+
+    def connected(self, source: str) -> tuple[str, ...]:
+        # A pair the static pass did not rule on is checked.
+        return tuple(o for o in self.float_outputs if self._status.get((source, o), "connected") == "connected")
+
+    def empty(self) -> NumericOutcome | None:
+        if not self.float_outputs:
+            return NumericOutcome([_skipped("*", "*", "no float output")], [], [])
+        if not self.input_sources and not self.variable_sources:
+            return NumericOutcome([_skipped("*", "*", "no differentiable float source")], [], [])
+        return None
+
+
+@dataclass
+class _Model:
+    """What the checks run: `call(**inputs) -> outputs by name`, its variables by source name, and what
+    the graph holds (op types for randomness and quantisers, custom gradients as suspects)."""
+
+    call: Callable[..., dict[str, Any]]
+    specs: dict[str, Any]
+    variables: dict[str, Any]
+    op_types: frozenset[str]
+    custom_gradients: list[OpRef]
+
+
+def _skipped(source: str, output: str, reason: str) -> NumericResult:
+    return NumericResult(source=source, output=output, status="skipped", rel_error=None, step=None,
+                         dtype=None, evaluations=0, reason=reason)
+
+
+def _point(plan: _Plan, options: NumericOptions) -> dict[str, np.ndarray] | NumericOutcome:
+    try:
+        return synthesise(plan.specs, seed=options.seed, batch_size=options.batch_size, dim=options.dim,
+                          shapes=options.shapes, inputs_file=options.inputs_file)
+    except InputError as exc:
+        return NumericOutcome([_skipped("*", "*", f"no input to run the model: {exc}")], [],
+                              [f"Numeric checks skipped: {exc}"])
+
+
+def run_session(model_dir: str, tags: tuple[str, ...], signature: str, sources: list[Source],
+                outputs: list[Output], flow: list[FlowEntry], options: NumericOptions,
+                progress: Callable[[str], None]) -> NumericOutcome:
+    info = read_saved_model(model_dir, tags, signature)
+    plan = _Plan(info, sources, outputs, flow)
+    point = _point(plan, options)
+    if isinstance(point, NumericOutcome):
+        return point
+    if (nothing := plan.empty()) is not None:
+        return nothing
+    notes: list[str] = []
+    if options.upcast:
+        blockers = ["the model has no TF2 object graph"] if info.function is None else float64_blockers(info)
+        if not blockers:
+            try:
+                outcome = _load_and_check(info, tags, plan, point, options, True, progress)
+                return NumericOutcome(outcome.results, outcome.findings, notes + outcome.notes)
+            except _Float64Failed as exc:
+                blockers = [str(exc)]
+        notes.append(f"Float64 evaluation is not possible ({'; '.join(blockers)}): checked in "
+                     f"{plan.native} with tolerances from the measured noise.")
+    outcome = _load_and_check(info, tags, plan, point, options, False, progress)
+    return NumericOutcome(outcome.results, outcome.findings, notes + outcome.notes)
+
+
+def run_function_session(fn, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
+                         options: NumericOptions, variable_names: dict[int, Any] | None,
+                         progress: Callable[[str], None]) -> NumericOutcome:
+    """The same checks on a traced ConcreteFunction (Python and Keras targets), in its own precision."""
+    import tensorflow as tf
+
+    captured = {id(t) for t in fn.graph.internal_captures}
+    placeholders = [t for t in fn.inputs if id(t) not in captured]
+    specs = {t.op.name: tf.TensorSpec(t.shape, t.dtype) for t in placeholders}
+    flat = tf.nest.flatten(fn.structured_outputs)
+    names = [o.name for o in outputs] if len(outputs) == len(flat) else [f"output_{i}" for i in range(len(flat))]
+    plan = _Plan.of_function(specs, {n: t.dtype for n, t in zip(names, flat)}, sources, outputs, flow)
+    point = _point(plan, options)
+    if isinstance(point, NumericOutcome):
+        return point
+    if (nothing := plan.empty()) is not None:
+        return nothing
+    variable_names = variable_names or {}
+    variables = {}
+    for v in fn.variables:
+        info = variable_names.get(id(v.handle))
+        variables[info.name if info is not None else v.name.split(":")[0]] = v
+    graphs = [fn.graph] + [f.graph for f in fn.graph._functions.values() if hasattr(f, "graph")]  # noqa: SLF001
+    ops = [(g, op) for g in graphs for op in g.get_operations()]
+    custom = []
+    for g, op in ops:
+        try:
+            op.get_attr("_gradient_op_type")
+        except ValueError:
+            continue
+        if op.type not in ("PartitionedCall", "StatefulPartitionedCall"):
+            custom.append(OpRef(op.type, op.name, getattr(g, "name", "<graph>")))
+    model = _Model(PositionalFunction(fn, [t.op.name for t in placeholders], names), specs, variables,
+                   frozenset(op.type for _, op in ops), custom)
+    outcome = _check(model, plan, point, options, False, progress)
+    note = "Float64 evaluation applies to SavedModels only: checked in the function's own precision."
+    return NumericOutcome(outcome.results, outcome.findings, [note] + outcome.notes if options.upcast
+                          else outcome.notes)
+
+
+class _Float64Failed(RuntimeError):
+    """The float64 copy could not be loaded or run; the checks fall back to native precision."""
+
+
+def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: _Plan, point: dict[str, np.ndarray],
+                    options: NumericOptions, use64: bool, progress: Callable[[str], None]) -> NumericOutcome:
+    progress("loading the model" + (" (float64 copy)" if use64 else ""))
+    try:
+        loaded = load(info, tags, use64)
+    except Exception as exc:
+        if use64:
+            raise _Float64Failed(f"the float64 copy does not load: {describe(exc)}") from exc
+        groups = [Group(n, tuple(plan.float_outputs), inputs=[n]) for n in plan.input_sources]
+        groups += [Group(ALL_VARIABLES, tuple(plan.float_outputs))] if plan.variable_sources else []
+        return _model_error(ModelError(describe(exc), "load"), groups, plan, plan.native, [], [])
+    try:
+        model = _Model(loaded.fn, loaded.fn.structured_input_signature[1],
+                       signature_variables(info, loaded.fn), info.op_types, info.custom_gradients)
+        return _check(model, plan, point, options, use64, progress)
+    finally:
+        loaded.close()
+
+
+def _check(model: _Model, plan: _Plan, point: dict[str, np.ndarray], options: NumericOptions, use64: bool,
+           progress: Callable[[str], None]) -> NumericOutcome:
+    dtype = "float64" if use64 else plan.native
+    results: list[NumericResult] = []
+    notes: list[str] = []
+    variables = []
+    for name in plan.variable_sources:
+        if name in model.variables:
+            variables.append((name, model.variables[name]))
+        else:
+            notes.append(f"Variable {name} is not captured by the audited function: not checked.")
+
+    groups: list[Group] = []
+    for n in plan.input_sources:
+        outs = plan.connected(n)
+        if outs:
+            groups.append(Group(n, outs, inputs=[n]))
+        else:
+            results.append(_skipped(n, "*", "no gradient path to a float output (static pass)"))
+    by_outputs: dict[tuple[str, ...], list[int]] = {}
+    unconnected = 0
+    for i, (name, _var) in enumerate(variables):
+        outs = plan.connected(name)
+        if outs:
+            by_outputs.setdefault(outs, []).append(i)
+        else:
+            unconnected += 1
+    if unconnected:
+        notes.append(f"{unconnected} trainable variable(s) have no gradient path to a float output: not checked.")
+    for outs, idx in by_outputs.items():
+        groups.append(Group(variables[idx[0]][0] if len(idx) == 1 else ALL_VARIABLES, outs, variables=idx))
+    if not groups:
+        return NumericOutcome(results, [], notes)
+
+    runner = Runner(model.call, point, plan.input_sources, variables, plan.float_outputs, specs=model.specs)
+    eps = EPS[dtype]
+    settings = Settings(dtype=dtype, upcast=use64, eps=eps, ladder=ladder_for(eps, use64),
+                        floor=FLOOR_ULPS * eps, resolution=RESOLUTION, op_types=model.op_types,
+                        custom_gradients=model.custom_gradients)
+    checker = Checker(runner, settings, np.random.default_rng([options.seed, 1]), progress)
+    try:
+        checker.run(groups, _random_ops(model.op_types))
+    except ModelError as exc:
+        if use64 and any(k in str(exc).lower() for k in ("double", "kernel", "float64")):
+            raise _Float64Failed(f"the float64 copy does not run: {exc}") from exc
+        return _model_error(exc, groups, plan, dtype, results, notes)
+    return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
+
+
+def _model_error(exc: ModelError, groups: list[Group], plan: _Plan, dtype: str,
+                 results: list[NumericResult], notes: list[str]) -> NumericOutcome:
+    if exc.stage == "load":
+        reason = f"the model cannot be loaded: {exc}"
+        finding = rules.UnrunnableModel.finding(
+            f"tf.saved_model.load fails, so the gradients could not be checked: {exc}",
+            outputs=tuple(plan.float_outputs))
+    elif exc.stage == "gradient":
+        reason = f"TensorFlow cannot differentiate the loaded model: {exc}"
+        finding = rules.MissingGradient.finding(
+            f"Differentiating the loaded model raises in TensorFlow, so no source gets a gradient: {exc}",
+            sources=tuple(g.source for g in groups),
+            outputs=tuple(sorted({o for g in groups for o in g.outputs})))
+    else:
+        reason = f"the loaded model cannot run: {exc}"
+        finding = rules.UnrunnableModel.finding(
+            f"The loaded model cannot run, so its gradients could not be checked: {exc}",
+            outputs=tuple(plan.float_outputs))
+    notes.append(f"Numeric checks not run: {reason}")
+    errors = [NumericResult(source=g.source, output=output_label(g.outputs, plan.float_outputs), status="error",
+                            rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason)
+              for g in groups]
+    return NumericOutcome(results + errors, [finding], notes)

@@ -1,0 +1,240 @@
+"""Finite differences along one line, with an error bound that covers rounding, truncation and kinks.
+
+Along the line p(t) = z + t v, `phi(t)` is the projected output u·f(p(t)) and `lin(t)` = <g, p(t) - z> the
+change autodiff predicts (g = the gradient TensorFlow computed at z, p(t) the point actually evaluated,
+so the rounding of z + t v does not count as an error). The discrepancy psi(t) = phi(t) - phi(0) - lin(t)
+has psi'(0) = (true derivative) - (autodiff derivative): zero when the gradient is right.
+
+Central differences r(h) = (psi(h) - psi(-h)) / 2h carry truncation error O(h^2) and rounding error
+sigma / h (seed 003: in float32 the error grows as the step shrinks). The sweep evaluates a ladder of
+steps. sigma is measured from the residuals of a cubic fit of psi at the smallest steps; truncation is
+estimated from how far each estimate (plain, and Richardson-extrapolated) is from the next larger step,
+and whether the smaller steps agree with it. The estimate kept is the one with the smallest bound.
+Kinks (ReLU, max-pool, abs) show as an even part psi(h) + psi(-h) that grows like h instead of h^2, or
+as noise far above rounding; a discrepancy seen only along such a line is never called a failure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# How many standard deviations of measured noise a discrepancy must exceed before it counts.
+SIGNIFICANCE = 3.0
+# Measured noise this many times the rounding floor is not rounding: the line is rough (kinks).
+ROUGH = 100.0
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """Steps (relative to the magnitude of the point), largest first; all are evaluated unless the
+    estimate is decided after `min_steps`."""
+
+    steps: tuple[float, ...]
+    min_steps: int
+
+
+def ladder_for(eps: float, upcast: bool) -> Ladder:
+    if upcast:
+        # float64: rounding is negligible even at 1e-8, so start small to stay clear of ReLU/max-pool
+        # kinks (a deep CNN has millions of them); larger and smaller steps only when undecided.
+        return Ladder(steps=(1e-7, 2.5e-8, 4e-7, 6.25e-9, 1.6e-6), min_steps=2)
+    # Native low precision: the rounding-optimal step for Richardson-extrapolated central differences
+    # is about eps^(1/5); start one step above it (the truncation estimate of a step needs a larger
+    # one) and halve six times, so the noise fit and the extrapolation have room.
+    top = min(0.2, 2 * eps ** 0.2)
+    return Ladder(steps=tuple(top / 2 ** k for k in range(7)), min_steps=7)
+
+
+@dataclass
+class Estimate:
+    """What a sweep says about the discrepancy psi'(0) = numeric - autodiff directional derivative."""
+
+    delta: float  # best estimate of psi'(0)
+    bound: float  # error bound of `delta` (truncation + rounding + autodiff rounding)
+    step: float  # the step the estimate comes from
+    sigma: float  # measured noise of phi
+    scale: float  # S: magnitude of the autodiff directional derivative's terms
+    autodiff: float  # A = <g, v>
+    flat: bool  # phi does not move along the line (beyond noise) while autodiff says it should
+    jumpy: bool  # phi jumps: differences do not shrink with the step
+    kinky: bool  # no window of steps around the estimate looks smooth (kinks at every scale)
+    evaluations: int
+    nonfinite: bool = False  # the outputs became NaN or Inf along the line
+
+    @property
+    def rel_error(self) -> float:
+        """|numeric - autodiff| relative to the larger of the two (and of the terms of <g, v>)."""
+        denominator = max(self.scale, abs(self.numeric))
+        return abs(self.delta) / denominator if denominator > 0 else 0.0
+
+    @property
+    def rel_bound(self) -> float:
+        return self.bound / self.scale if self.scale > 0 else math.inf
+
+    @property
+    def numeric(self) -> float:
+        return self.autodiff + self.delta
+
+
+@dataclass
+class Line:
+    """Evaluations of one line. `evaluate(t)` returns (phi(t), lin(t)); `phi0` is phi(0)."""
+
+    evaluate: Callable[[float], tuple[float, float]]
+    autodiff: float
+    scale: float
+    sigma_floor: float  # least possible noise of phi: rounding of the outputs themselves
+    phi_norm: float  # sqrt(sum((u*y)^2)): sigma / phi_norm is the forward's relative noise
+    low_precision_autodiff: bool  # autodiff ran in float32 or lower: its own rounding counts too
+    phi0: float
+    points: dict[float, tuple[float, float]] = field(default_factory=dict)  # t -> (phi - phi0, lin)
+    evaluations: int = 0
+
+    def add_step(self, h: float) -> None:
+        for t in (h, -h):
+            phi, lin = self.evaluate(t)
+            self.points[t] = (phi - self.phi0, lin)
+            self.evaluations += 1
+
+
+def _chi2_99(k: int) -> float:
+    """99% quantile of chi-square with k degrees of freedom (Wilson-Hilferty); 0 dof accepts nothing."""
+    if k <= 0:
+        return 0.0
+    return k * (1 - 2 / (9 * k) + 2.326 * math.sqrt(2 / (9 * k))) ** 3
+
+
+def _noise(points: dict[float, tuple[float, float]], steps: list[float]) -> float:
+    """Std of phi's noise from the residuals of a cubic fit of psi at the four smallest steps (where the
+    smooth part is a cubic to well below rounding): 9 points, 5 degrees of freedom."""
+    small = sorted(steps)[:4]
+    ts = [0.0] + [s * sign for s in small for sign in (1, -1)]
+    ys = [0.0] + [points[t][0] - points[t][1] for t in ts[1:]]
+    n = len(ts)
+    degree = min(3, n - 3)
+    if degree < 1:
+        return 0.0
+    t = np.asarray(ts) / max(small)
+    y = np.asarray(ys)
+    coeffs, *_ = np.linalg.lstsq(np.vander(t, degree + 1), y, rcond=None)
+    residual = y - np.vander(t, degree + 1) @ coeffs
+    return float(math.sqrt(float(residual @ residual) / (n - degree - 1)))
+
+
+def analyse(line: Line) -> Estimate:
+    steps = sorted({abs(t) for t in line.points if t > 0}, reverse=True)
+    if not all(math.isfinite(v) for pair in line.points.values() for v in pair):
+        return Estimate(delta=math.nan, bound=math.inf, step=steps[-1], sigma=math.nan, scale=line.scale,
+                        autodiff=line.autodiff, flat=False, jumpy=False, kinky=True, nonfinite=True,
+                        evaluations=line.evaluations)
+    measured = _noise(line.points, steps)
+    sigma = max(measured, line.sigma_floor)
+    scale = line.scale
+
+    def psi(t: float) -> float:
+        return line.points[t][0] - line.points[t][1]
+
+    r = {h: (psi(h) - psi(-h)) / (2 * h) for h in steps}  # -> psi'(0) + O(h^2)
+    even = {h: psi(h) + psi(-h) for h in steps}  # psi'' h^2 when smooth; ~ h at a kink
+    # Rounding bounds: SIGNIFICANCE sigmas of r(h) and of even(h) (which also carries phi(0)'s noise).
+    rho = {h: SIGNIFICANCE * math.sqrt(2) * sigma / (2 * h) for h in steps}
+    rho_even = SIGNIFICANCE * math.sqrt(6) * sigma
+    # The backward pass rounds about as much as the forward (measured by sigma), with some headroom.
+    autodiff_err = 0.0
+    if line.low_precision_autodiff and line.phi_norm > 0:
+        autodiff_err = 10 * SIGNIFICANCE * (sigma / line.phi_norm) * scale
+
+    # A pair of steps is smooth when the even part scales like h^2 between them (up to noise and the
+    # h^4 term); a kink between or inside them makes it scale like h, or jump.
+    smooth = []
+    for h1, h2 in zip(steps, steps[1:]):
+        q2 = (h1 / h2) ** 2
+        smooth.append(abs(even[h1] - q2 * even[h2]) <= rho_even * (1 + q2) + 0.5 * abs(even[h1]))
+
+    def window_smooth(lo: int, hi: int) -> bool:
+        return all(smooth[i] for i in range(max(lo, 0), min(hi, len(steps) - 1)))
+
+    # Candidates: plain central differences and Richardson extrapolations, each with a bound made of how
+    # far it is from its larger neighbour (truncation), from the smaller steps when they disagree with it
+    # beyond their noise, and its own rounding.
+    plain = [(r[h], rho[h], h) for h in steps]
+    rich = []  # from steps i, i+1
+    for h1, h2 in zip(steps, steps[1:]):
+        q2 = (h1 / h2) ** 2
+        rich.append(((q2 * r[h2] - r[h1]) / (q2 - 1), math.hypot(q2 * rho[h2], rho[h1]) / (q2 - 1), h2))
+    candidates: list[tuple[bool, float, float, float]] = []  # (kinky, bound, estimate, step)
+    for values, width in ((plain, 0), (rich, 1)):
+        for i, (value, rounding, h) in enumerate(values):
+            if not i:
+                continue  # the largest step's truncation error is unknown
+            # The smaller steps must agree with it up to their rounding noise, taken together (chi-square
+            # at 1%); if they do not (a trend that has not converged, a kink between the steps), the
+            # whole difference counts.
+            smaller = [(abs(value - v), rd / SIGNIFICANCE) for v, rd, _ in values[i + 1:]]
+            chi2 = sum((d / sd) ** 2 for d, sd in smaller if sd > 0)
+            trend = 0.0 if chi2 <= _chi2_99(len(smaller)) else max(d for d, _ in smaller)
+            bound = max(abs(value - values[i - 1][0]), trend) + rounding + autodiff_err
+            window = (max(i - 1, 0), min(i + 1 + width, len(steps) - 1))
+            candidates.append((not window_smooth(*window), bound, value, h))
+    if candidates:
+        kinky, bound, delta, step = min(candidates)
+    else:  # a single step: no way to estimate truncation
+        step = steps[-1]
+        kinky, delta, bound = True, r[step], math.inf
+    # "Noise" far above what rounding the outputs explains is kinks or jumps between the smallest steps;
+    # it also hides them from the even-part test above.
+    kinky = kinky or measured > ROUGH * line.sigma_floor
+
+    smallest = steps[-2:] if len(steps) >= 2 else steps
+    # Flat: at the smallest steps phi does not move beyond noise, while autodiff predicts it should.
+    flat = all(
+        max(abs(line.points[h][0]), abs(line.points[-h][0])) <= 2 * SIGNIFICANCE * sigma
+        and abs(line.autodiff) * h > 4 * SIGNIFICANCE * sigma
+        for h in smallest)
+    # Jumpy: what autodiff does not predict of phi(h) - phi(-h) stays the same as h shrinks (a step in the
+    # forward, not a slope: a wrong slope would shrink with h).
+    jumpy = False
+    if len(steps) >= 3:
+        rest = [2 * h * r[h] for h in steps[-3:]]
+        mean = sum(rest) / 3
+        jumpy = abs(mean) > 30 * line.sigma_floor and all(abs(x - mean) < 0.3 * abs(mean) for x in rest)
+    return Estimate(delta=delta, bound=bound, step=step, sigma=sigma, scale=scale,
+                    autodiff=line.autodiff, flat=flat, jumpy=jumpy, kinky=kinky,
+                    evaluations=line.evaluations)
+
+
+def large(est: Estimate, floor: float) -> bool:
+    """The discrepancy is larger than rounding, truncation and the floor can explain."""
+    return abs(est.delta) > est.bound + floor * est.scale
+
+
+def classify(est: Estimate, floor: float, resolution: float) -> str:
+    """pass | fail | surrogate | unresolved for one sweep (a fail still needs confirming elsewhere)."""
+    if est.nonfinite:
+        return "unresolved"
+    if large(est, floor):
+        if est.kinky or est.jumpy:
+            return "unresolved"  # kinks at every step size can fake a steady discrepancy
+        return "surrogate" if est.flat else "fail"
+    if est.scale == 0.0 and est.bound < math.inf:
+        return "pass"  # autodiff says zero along the line, and the forward does not move either
+    if est.rel_bound <= resolution and not est.jumpy:
+        return "pass"
+    return "unresolved"
+
+
+def run(line: Line, ladder: Ladder, floor: float, resolution: float) -> Estimate:
+    """Evaluate the ladder, stopping once the estimate is decided."""
+    est = None
+    for i, h in enumerate(ladder.steps):
+        line.add_step(h)
+        if i + 1 >= ladder.min_steps:
+            est = analyse(line)
+            if est.nonfinite or classify(est, floor, resolution) != "unresolved":
+                break
+    assert est is not None
+    return est

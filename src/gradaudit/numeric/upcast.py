@@ -1,0 +1,149 @@
+"""A float64 copy of a SavedModel: same graph, same custom gradients, every float32 (and float16/bfloat16) made float64.
+
+The rewrite works on the protobuf, so TensorFlow's own loader wires functions, captured tensors and the
+saved custom-gradient functions exactly as it does for the original; only the variable values come from
+the original checkpoint (cast), because the copy is loaded without one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+
+from .savedmodel import SavedModelInfo
+
+_DT_FLOAT, _DT_DOUBLE, _DT_HALF, _DT_BFLOAT16 = 1, 2, 19, 14
+_LOW = frozenset({_DT_FLOAT, _DT_HALF, _DT_BFLOAT16})
+# Ops whose meaning depends on the width of the float type (they reinterpret bytes).
+_WIDTH_DEPENDENT = frozenset({"Bitcast", "DecodeRaw", "DecodePaddedRaw", "ParseTensor"})
+
+
+def _upcast_tensor(tp) -> None:
+    import tensorflow as tf
+
+    if tp.dtype in _LOW:
+        tp.CopyFrom(tf.make_tensor_proto(tf.make_ndarray(tp).astype(np.float64)))
+
+
+def _add_default_type_attrs(node) -> None:
+    # Savers strip attrs equal to their default (MaxPool's T=float): make them explicit before rewriting.
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(node.op)
+    if op_def is None:
+        return
+    for attr in op_def.attr:
+        if attr.name in node.attr or not attr.HasField("default_value"):
+            continue
+        if attr.type == "type" and attr.default_value.type in _LOW:
+            node.attr[attr.name].type = _DT_DOUBLE
+        elif attr.type == "list(type)" and _LOW & set(attr.default_value.list.type):
+            node.attr[attr.name].CopyFrom(attr.default_value)
+
+
+def _rewrite(msg) -> None:
+    """In place: every DataType field that is a low float becomes DT_DOUBLE, with constants converted."""
+    for field, value in msg.ListFields():
+        if field.type == field.TYPE_ENUM and field.enum_type.full_name == "tensorflow.DataType":
+            if field.is_repeated:
+                for i, v in enumerate(value):
+                    if v in _LOW:
+                        value[i] = _DT_DOUBLE
+            elif value in _LOW:
+                setattr(msg, field.name, _DT_DOUBLE)
+        elif field.type == field.TYPE_MESSAGE:
+            name = field.message_type.full_name
+            items = value if field.is_repeated else [value]
+            if field.is_repeated and field.message_type.GetOptions().map_entry:
+                value_field = field.message_type.fields_by_name["value"]
+                if value_field.type != value_field.TYPE_MESSAGE:
+                    continue
+                items = [value[k] for k in value]
+                name = value_field.message_type.full_name
+            for item in items:
+                if name == "tensorflow.TensorProto":
+                    _upcast_tensor(item)
+                    continue
+                if name == "tensorflow.NodeDef":
+                    _add_default_type_attrs(item)
+                _rewrite(item)
+
+
+def _kernel_accepts(op_type: str, attrs: dict[str, tuple[int, ...]], cache: dict) -> bool:
+    from tensorflow.python.framework import kernels
+
+    key = (op_type, tuple(sorted(attrs.items())))
+    if key not in cache:
+        cpu = [k for k in kernels.get_registered_kernels_for_op(op_type).kernel if k.device_type == "CPU"]
+        if not cpu:  # ops the runtime handles itself (_Arg, function calls, ...)
+            cache[key] = True
+        else:
+            cache[key] = any(
+                all(set(attrs.get(c.name, ())) <= set(c.allowed_values.list.type)
+                    for c in k.constraint if c.name in attrs)
+                for k in cpu)
+    return cache[key]
+
+
+def float64_blockers(info: SavedModelInfo) -> list[str]:
+    """Why the float64 copy could not run (empty when it can): fixed-float32 ops, missing float64 kernels."""
+    from tensorflow.python.framework import op_def_registry
+
+    library = info.meta_graph.graph_def.library
+    function_names = {f.signature.name for f in library.function}
+    blockers: dict[str, str] = {}
+    cache: dict = {}
+    for fdef in library.function:
+        for node in fdef.node_def:
+            if node.op in function_names or node.op in blockers:
+                continue
+            if node.op in _WIDTH_DEPENDENT:
+                blockers[node.op] = f"{node.op} reinterprets the bytes of a float"
+                continue
+            op_def = op_def_registry.get(node.op)
+            if op_def is None:
+                blockers[node.op] = f"{node.op} is not a TensorFlow op known here"
+                continue
+            if any(arg.type in _LOW for arg in (*op_def.input_arg, *op_def.output_arg)):
+                blockers[node.op] = f"{node.op} only accepts float32"
+                continue
+            doubled: dict[str, tuple[int, ...]] = {}
+            for attr in op_def.attr:
+                if attr.type not in ("type", "list(type)"):
+                    continue
+                value = node.attr.get(attr.name)
+                if attr.type == "type":
+                    types = (value.type,) if value is not None else (attr.default_value.type,)
+                else:
+                    types = tuple(value.list.type) if value is not None else tuple(attr.default_value.list.type)
+                if not _LOW & set(types):
+                    continue
+                types = tuple(_DT_DOUBLE if t in _LOW else t for t in types)
+                allowed = set(attr.allowed_values.list.type)
+                if allowed and not set(types) <= allowed:
+                    blockers[node.op] = f"{node.op} has no float64 version"
+                    break
+                doubled[attr.name] = types
+            else:
+                if doubled and not _kernel_accepts(node.op, doubled, cache):
+                    blockers[node.op] = f"{node.op} has no float64 kernel"
+    return sorted(blockers.values())
+
+
+def write_float64_copy(info: SavedModelInfo, destination: str) -> None:
+    """Write saved_model.pb (and assets) of the float64 copy; it has no checkpoint: load it with
+    `experimental_skip_checkpoint=True` and fill the variables with `float64_values`."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    copy = saved_model_pb2.SavedModel(saved_model_schema_version=info.proto.saved_model_schema_version)
+    meta = copy.meta_graphs.add()
+    meta.CopyFrom(info.meta_graph)
+    _rewrite(meta)
+    os.makedirs(destination, exist_ok=True)
+    with open(os.path.join(destination, "saved_model.pb"), "wb") as fh:
+        fh.write(copy.SerializeToString())
+    assets = os.path.join(info.path, "assets")
+    if os.path.isdir(assets):
+        shutil.copytree(assets, os.path.join(destination, "assets"), dirs_exist_ok=True)

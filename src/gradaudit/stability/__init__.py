@@ -1,0 +1,108 @@
+"""Numerical stability of a loaded SavedModel: probes over a ladder of input scales, forensics naming the
+op at fault, and second-order checks. The static hazard lints they confirm live in rules/hazards.py.
+
+Entry point `run_stability`, called by `gradaudit.audit` after the numeric checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model import Finding, NumericResult, OpRef, StabilityResult
+from ..numeric import NumericOptions
+from .probes import DEFAULT_SCALES
+
+__all__ = ["DEFAULT_SCALES", "StabilityOptions", "StabilityOutcome", "run_stability"]
+
+
+@dataclass(frozen=True)
+class StabilityOptions:
+    numeric: NumericOptions = field(default_factory=NumericOptions)  # how inputs are made: seed, --inputs
+    scales: tuple[float, ...] = DEFAULT_SCALES
+    order: int = 1
+
+
+@dataclass
+class StabilityOutcome:
+    results: list[StabilityResult] = field(default_factory=list)
+    numeric: list[NumericResult] = field(default_factory=list)  # second-order checks
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # (code, op, message) of a static hazard finding -> what the probes saw fail there
+    confirmations: dict[tuple[str, OpRef | None, str], str] = field(default_factory=dict)
+
+    def confirm(self, findings: list[Finding]) -> list[Finding]:
+        """The static findings, with each hazard the probes saw fail raised to an error that says so."""
+        from ..rules.hazards import confirmed
+
+        return [confirmed(f, self.confirmations[(f.code, f.op, f.message)])
+                if (f.code, f.op, f.message) in self.confirmations else f for f in findings]
+
+
+def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysis,
+                  options: StabilityOptions) -> StabilityOutcome:
+    """Probe the model loaded from `model_dir` (and check second order when `options.order` is 2).
+
+    `analysis` is the static pass's StaticAnalysis: its sources, flow and graph (to name ops) and the
+    hazards to confirm. A model that cannot run gives notes, never an exception.
+    """
+    from ..numeric.runner import describe
+
+    outcome = StabilityOutcome()
+    try:
+        _run(model_dir, tags, signature, analysis, options, outcome)
+    except Exception as exc:  # noqa: BLE001 - an internal error must not take the report down with it
+        outcome.notes.append(f"Stability probes stopped: {describe(exc)}")
+    return outcome
+
+
+def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
+    from ..numeric.inputs import InputError, synthesise
+    from ..numeric.runner import ModelError, load, signature_variables
+    from ..numeric.savedmodel import read_saved_model
+    from ..numeric.session import _Plan
+    from ..rules.hazards import find_hazards
+    from .probes import Prober, run_ladder
+    from .second_order import run_second_order
+    from .verdicts import ladder_findings
+
+    info = read_saved_model(model_dir, tags, signature)
+    plan = _Plan(info, analysis.sources, analysis.outputs, analysis.flow)
+    if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
+        outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
+        return
+    n = options.numeric
+    try:
+        base = synthesise(plan.specs, seed=n.seed, batch_size=n.batch_size, dim=n.dim, shapes=n.shapes,
+                          inputs_file=n.inputs_file)
+    except InputError as exc:
+        outcome.notes.append(f"Stability probes skipped: {exc}")
+        return
+    loaded = load(info, tags, False)
+    by_name = signature_variables(info, loaded.fn)
+    variables = [(v, by_name[v]) for v in plan.variable_sources if v in by_name]
+    prober = None
+    try:
+        prober = Prober(loaded, info, tags, plan, base, variables, analysis.graph, analysis.gradient_functions,
+                        n.seed, n.upcast)
+        if plan.input_sources:
+            ladder = run_ladder(prober, options.scales)
+            outcome.results.extend(ladder.results)
+            outcome.notes.extend(ladder.notes)
+            findings, outcome.confirmations = ladder_findings(ladder.reported, plan.input_sources,
+                                                              find_hazards(analysis))
+            outcome.findings.extend(findings)
+        else:
+            outcome.notes.append("Stability probes skipped: no float input to scale.")
+        if options.order >= 2:
+            second = run_second_order(prober, n.seed)
+            outcome.numeric.extend(second.results)
+            outcome.findings.extend(second.findings)
+    except ModelError as exc:
+        outcome.notes.append(f"Stability probes not run: the loaded model cannot be "
+                             f"{'differentiated' if exc.stage == 'gradient' else 'run'}: {exc}")
+    finally:
+        if prober is not None:
+            outcome.notes.extend(prober.notes)
+            prober.close()
+        loaded.close()

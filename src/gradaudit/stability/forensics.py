@@ -1,0 +1,286 @@
+"""Which op made the first non-finite value at a failing probe point, and what it received there.
+
+The signature's function is frozen (variables as constants, calls inlined) and imported into a graph
+where TensorFlow differentiates the output with respect to every intermediate tensor. Going from the
+output back, the culprit is the first op whose outputs' gradients are finite while its backward gives an
+input a NaN or Inf. Saved custom gradients are re-bound to the frozen graph's tensors; when one is the
+culprit, its gradient function is run on the same values to name the op inside it that overflowed.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..graph.dataflow import TOP, Dataflow
+from ..model import OpRef
+
+
+@dataclass(frozen=True)
+class Culprit:
+    op: OpRef
+    detail: str  # "Sqrt received 0", "Exp received 100 and returned inf"
+
+
+def _fmt(x: Any) -> str:
+    x = float(x)
+    return f"{x:.4g}" if np.isfinite(x) else ("nan" if np.isnan(x) else ("inf" if x > 0 else "-inf"))
+
+
+def _first_bad(values: np.ndarray) -> int | None:
+    bad = np.flatnonzero(~np.isfinite(np.asarray(values, dtype=np.float64)))
+    return int(bad[0]) if bad.size else None
+
+
+def _at(values: np.ndarray, index: int, shape: tuple[int, ...]) -> str:
+    """The element of `values` at flat `index` of an array of `shape` (broadcast), or a summary."""
+    v = np.asarray(values)
+    if v.size == 1:
+        return _fmt(v.reshape(()))
+    try:
+        return _fmt(np.broadcast_to(v, shape).reshape(-1)[index])
+    except ValueError:
+        finite = v[np.isfinite(v)]
+        return f"values in [{_fmt(finite.min())}, {_fmt(finite.max())}]" if finite.size else "non-finite values"
+
+
+def _received(inputs: list[np.ndarray], index: int, shape: tuple[int, ...]) -> str:
+    shown = [_at(v, index, shape) for v in inputs]
+    return shown[0] if len(shown) == 1 else "(" + ", ".join(shown) + ")"
+
+
+def _is_float(t) -> bool:
+    return t.dtype.is_floating
+
+
+class Forensics:
+    """One frozen copy of the signature's graph, differentiated lazily per output."""
+
+    def __init__(self, fn, graph: Dataflow, gradient_functions: dict[str, str]):
+        self.fn = fn
+        self._refs: dict[tuple[str, str], list[OpRef]] = {}
+        self._custom_fn: dict[OpRef, str] = {}  # custom-gradient op -> its saved gradient function
+        for node in graph.ops.values():
+            self._refs.setdefault((node.ref.op_type, node.ref.op_name), []).append(node.ref)
+            if node.custom_gradient:
+                self._custom_fn[node.ref] = gradient_functions.get(node.custom_gradient, node.custom_gradient)
+        self._graph = None
+        self._by_output: dict[str, tuple] = {}
+        self._custom_calls: dict[str, tuple[Any, list]] = {}  # op name -> (gradient function, its inputs)
+        self._parts: dict[tuple[str, str], tuple] = {}  # (op, input) -> what op's backward alone gives it
+
+    # -- the frozen graph ------------------------------------------------------------------------
+    def _build(self) -> None:
+        import tensorflow as tf
+        from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+        frozen = convert_variables_to_constants_v2(self.fn, lower_control_flow=False)
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.graph_util.import_graph_def(frozen.graph.as_graph_def(), name="")
+        self._graph = graph
+        self._ops = graph.get_operations()
+        self._pos = {op.name: i for i, op in enumerate(self._ops)}
+        specs = self.fn.structured_input_signature[1]
+        by_name = {t.op.name: graph.get_tensor_by_name(t.name) for t in frozen.inputs}
+        self._inputs = {k: by_name.get(s.name or k, by_name.get(k)) for k, s in specs.items()}
+        keys = sorted(self.fn.structured_outputs)
+        self._outputs = {k: graph.get_tensor_by_name(t.name) for k, t in zip(keys, frozen.outputs)}
+        for op in self._ops:
+            self._rebind_custom_gradient(op)
+        config = tf.compat.v1.ConfigProto()
+        # Raw kernels: Grappler would rewrite log(softmax) and hide the op at fault.
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        self._session = tf.compat.v1.Session(graph=graph, config=config)
+
+    def _rebind_custom_gradient(self, op) -> None:
+        """Point a loaded custom gradient at this graph's tensors: its gradient function captures tensors
+        of the loaded forward function, which do not exist here. The loader registers a closure over that
+        ConcreteFunction (function_deserialization._gen_gradient_func); TensorFlow offers no accessor."""
+        from tensorflow.python.framework import ops
+
+        try:
+            op_type = op.get_attr("_gradient_op_type").decode()
+            registered = ops.gradient_registry.lookup(op_type)
+        except (ValueError, LookupError):
+            return
+        cells = [c.cell_contents for c in (getattr(registered, "__closure__", None) or ())]
+        funcs = [c for c in cells if hasattr(c, "captured_inputs") and hasattr(c, "graph")]
+        if not funcs:
+            return
+        func = funcs[0]
+        captures = [self._bind(op, op_type, c) for c in func.graph.external_captures]
+        if any(c is None for c in captures):
+            return
+        op._gradient_function = functools.partial(self._call_custom, func, captures)  # noqa: SLF001
+
+    def _bind(self, op, op_type: str, capture):
+        """The tensor of this graph holding what `capture` holds in the loaded forward function: an input
+        of the custom-gradient op, or the tensor of the same name under the op's call prefix."""
+        forward = capture.graph
+        parts = op.name.split("/")
+        for k in range(len(parts)):
+            local = "/".join(parts[k:])
+            try:
+                twin = forward.get_operation_by_name(local)
+                same = twin.get_attr("_gradient_op_type").decode() == op_type
+            except (KeyError, ValueError):
+                continue
+            if not same:
+                continue
+            for i, t in enumerate(twin.inputs):
+                if t is capture:
+                    return op.inputs[i]
+            name = "/".join(parts[:k] + [capture.name])
+            try:
+                return self._graph.get_tensor_by_name(name)
+            except (KeyError, ValueError):
+                return None
+        return None
+
+    def _call_custom(self, func, captures, op, *grads):
+        import tensorflow as tf
+
+        grads = [g if g is not None else tf.zeros_like(o) for g, o in zip(grads, op.outputs)]
+        self._custom_calls.setdefault(op.name, (func, grads + list(captures)))
+        return func._call_flat(grads, captures)  # noqa: SLF001 - the loader calls it the same way
+
+    def _ref(self, op) -> OpRef:
+        parts = op.name.split("/")
+        for k in range(len(parts)):
+            refs = self._refs.get((op.type, "/".join(parts[k:])))
+            if refs:
+                return refs[0]
+        return OpRef(op.type, op.name, TOP)
+
+    def _run(self, fetches, feed: dict[str, np.ndarray], extra: dict | None = None):
+        feed_dict = {self._inputs[k]: v for k, v in feed.items() if self._inputs.get(k) is not None}
+        return self._session.run(fetches, feed_dict={**feed_dict, **(extra or {})})
+
+    def _float_tensors(self):
+        return [t for op in self._ops for t in op.outputs if _is_float(t)]
+
+    # -- forward: the first op that returned a non-finite value from finite inputs ---------------
+    def forward(self, feed: dict[str, np.ndarray]) -> Culprit | None:
+        if self._graph is None:
+            self._build()
+        tensors = self._float_tensors()
+        values = dict(zip((t.name for t in tensors), self._run(tensors, feed)))
+        return self._first_overflow(self._ops, values, self._ref)
+
+    @staticmethod
+    def _first_overflow(ops_, values: dict[str, np.ndarray], ref) -> Culprit | None:
+        for op in ops_:
+            ins = [values[t.name] for t in op.inputs if t.name in values]
+            if not ins or not all(np.all(np.isfinite(v)) for v in ins):
+                continue
+            for out in op.outputs:
+                if out.name not in values:
+                    continue
+                index = _first_bad(values[out.name])
+                if index is not None:
+                    shape = np.shape(values[out.name])
+                    return Culprit(ref(op), f"{op.type} received {_received(ins, index, shape)} and returned "
+                                            f"{_fmt(np.reshape(values[out.name], -1)[index])}")
+        return None
+
+    # -- backward: the first op, from the output back, whose backward made a NaN or Inf ---------
+    def backward(self, feed: dict[str, np.ndarray], output: str, cotangent: np.ndarray) -> Culprit | None:
+        import tensorflow as tf
+
+        if self._graph is None:
+            self._build()
+        if output not in self._by_output:
+            with self._graph.as_default():
+                out = self._outputs[output]
+                u = tf.compat.v1.placeholder(tf.float64, shape=out.shape)
+                target = tf.reduce_sum(tf.cast(out, tf.float64) * u)
+                tensors = self._float_tensors()
+                grads = [None if g is None else tf.convert_to_tensor(g)  # IndexedSlices from a gather
+                         for g in tf.gradients(target, tensors)]
+            self._by_output[output] = (u, [(t, g) for t, g in zip(tensors, grads) if g is not None])
+        u, pairs = self._by_output[output]
+
+        def run(fetches, more: dict | None = None):
+            return self._run(fetches, feed, {u: cotangent, **(more or {})})
+
+        fetched = run([(t, g) for t, g in pairs])
+        values = {t.name: v for (t, _), (v, _) in zip(pairs, fetched)}
+        grads = {t.name: gv for (t, _), (_, gv) in zip(pairs, fetched)}
+
+        def finite(t) -> bool:
+            return t.name not in grads or bool(np.all(np.isfinite(grads[t.name])))
+
+        for op in reversed(self._ops):
+            if not all(finite(o) for o in op.outputs):
+                continue
+            for t in op.inputs:
+                if finite(t):
+                    continue
+                readers = [c for c in t.consumers() if c.name in self._pos]  # not the gradient ops
+                contribution = grads[t.name] if len(readers) == 1 else self._contribution(op, t, grads, run)
+                index = None if contribution is None else _first_bad(contribution)
+                if index is not None:
+                    return self._blame(op, values, index, np.shape(contribution), run)
+        return None
+
+    def _contribution(self, op, t, grads, run):
+        """What op's own backward gives input t (t has other consumers too)."""
+        import tensorflow as tf
+
+        outs = [o for o in op.outputs if o.name in grads]
+        if not outs:
+            return None
+        key = (op.name, t.name)
+        if key not in self._parts:
+            with self._graph.as_default():
+                ys = [tf.compat.v1.placeholder(o.dtype, shape=o.shape) for o in outs]
+                self._parts[key] = (ys, tf.gradients(outs, [t], grad_ys=ys)[0])
+        ys, part = self._parts[key]
+        if part is None:
+            return None
+        return run(part, {y: grads[o.name] for y, o in zip(ys, outs)})
+
+    def _blame(self, op, values, index: int, shape, run) -> Culprit:
+        ref = self._ref(op)
+        ins = [values[t.name] if t.name in values else run(t) for t in op.inputs if _is_float(t)]
+        received = _received(ins, index, shape)
+        grad_fn = self._custom_fn.get(ref)
+        if grad_fn is not None and op.name in self._custom_calls:
+            inner = self._inside_custom(op, grad_fn, run)
+            if inner is not None:
+                return inner
+            return Culprit(ref, f"the custom gradient {grad_fn} of {op.type} '{ref.op_name}' received "
+                                f"{received} and returned a non-finite gradient from finite upstream gradients")
+        return Culprit(ref, f"{op.type} received {received}; its backward turned finite upstream gradients "
+                            "into NaN/Inf")
+
+    def _inside_custom(self, op, grad_fn: str, run) -> Culprit | None:
+        """Run the saved gradient function on the values it got, and find the op in it that overflowed."""
+        import tensorflow as tf
+        from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
+
+        func, args = self._custom_calls[op.name]
+        arg_values = run(args)
+        inner = tf.Graph()
+        with inner.as_default():
+            fg = function_def_to_graph(func.function_def)
+            tf.graph_util.import_graph_def(fg.as_graph_def(), name="")
+        placeholders = [inner.get_tensor_by_name(t.name) for t in fg.inputs]
+        tensors = [t for o in inner.get_operations() for t in o.outputs if _is_float(t)]
+        with tf.compat.v1.Session(graph=inner) as sess:
+            fetched = sess.run(tensors, feed_dict=dict(zip(placeholders, arg_values)))
+        values = dict(zip((t.name for t in tensors), fetched))
+        found = self._first_overflow(inner.get_operations(), values, lambda o: OpRef(o.type, o.name, grad_fn))
+        if found is None:
+            return None
+        owner = self._ref(op)
+        return Culprit(found.op, f"{found.detail}, in the custom gradient {grad_fn} of {owner.op_type} "
+                                 f"'{owner.op_name}' in {owner.function}")
+
+    def close(self) -> None:
+        if self._graph is not None:
+            self._session.close()

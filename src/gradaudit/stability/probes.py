@@ -1,0 +1,295 @@
+"""Stability probes: the forward value and the gradient of every output at a ladder of input scales.
+
+Each float input, normalised to a largest magnitude of 1, is multiplied by every rung of the ladder and
+by its negative; all float inputs together and, when there are several, each alone (the others keep
+their synthesised values). A non-finite value is judged against the float64 copy of the model at the
+same point: a forward that is non-finite there too is outside the function's domain (0/0), and an
+infinite gradient whose float64 value is beyond the dtype's range is a true overflow; neither is a finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import StabilityResult
+from ..numeric import ALL_VARIABLES
+from .forensics import Culprit, Forensics
+
+DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e2, 1e4)
+
+# What one (source, output) pair did at one probe point, least to most severe.
+OK, DOMAIN, OVERFLOW, FORWARD, GRADIENT = range(5)
+STATUS = {OK: "ok", DOMAIN: "nonfinite_forward", OVERFLOW: "nonfinite_gradient", FORWARD: "nonfinite_forward",
+          GRADIENT: "nonfinite_gradient"}
+
+
+@dataclass(frozen=True)
+class Observation:
+    kind: int  # OK, DOMAIN, OVERFLOW, FORWARD or GRADIENT
+    scale: float
+    sign: int
+    config: tuple[str, ...]  # the inputs that were scaled
+    value: str = ""  # the non-finite value seen: "nan", "inf", "-inf"
+    gradient: str = ""  # for a non-finite forward: the gradient's non-finite value, "" when it stays finite
+    culprit: Culprit | None = None
+    note: str = ""
+
+    @property
+    def reported(self) -> bool:
+        return self.kind in (FORWARD, GRADIENT)
+
+    def where(self, all_inputs: list[str]) -> str:
+        scaled = "all float inputs" if set(self.config) == set(all_inputs) else "only " + ", ".join(self.config)
+        return f"{scaled} × {'-' if self.sign < 0 else ''}{self.scale:g}"
+
+    def detail(self, all_inputs: list[str]) -> str | None:
+        if self.kind == OK:
+            return None
+        if self.kind in (DOMAIN, FORWARD):
+            what = f"forward {self.value}, gradient {self.gradient or 'finite'}"
+        else:
+            what = f"gradient {self.value}, forward finite"
+        parts = [f"{self.where(all_inputs)}: {what}"]
+        parts += [self.culprit.detail] if self.culprit else []
+        parts += [self.note] if self.note else []
+        return "; ".join(parts)
+
+
+def nonfinite(x) -> str:
+    """'' when x is finite (or None: no gradient), else the first kind of non-finite value in it."""
+    if x is None:
+        return ""
+    a = np.asarray(x, dtype=np.float64)
+    bad = a[~np.isfinite(a)]
+    if not bad.size:
+        return ""
+    return "nan" if np.isnan(bad).any() else ("inf" if bad[0] > 0 else "-inf")
+
+
+def dense(g) -> np.ndarray | None:
+    """A gradient as a float64 array; a sparse one (IndexedSlices, from a gather) made dense."""
+    if g is None:
+        return None
+    if hasattr(g, "indices"):
+        import tensorflow as tf
+
+        g = tf.convert_to_tensor(g)
+    return np.asarray(g, dtype=np.float64)
+
+
+def valid_scales(scales, dtypes) -> tuple[list[float], list[float]]:
+    """(scales every dtype represents, scales skipped): beyond the largest finite value, or below the
+    smallest subnormal, the scaled input is not the scale asked for."""
+    keep, skipped = set(), set()
+    for s in (abs(float(s)) for s in scales):
+        fits = all(s <= float(np.finfo(d).max) and (s == 0 or s >= float(np.finfo(d).smallest_subnormal))
+                   for d in dtypes)
+        (keep if fits else skipped).add(s)
+    return sorted(keep), sorted(skipped)
+
+
+@dataclass
+class LadderOutcome:
+    results: list[StabilityResult]
+    reported: list[tuple[str, str, Observation]]  # (source, output, observation) that make findings
+    notes: list[str] = field(default_factory=list)
+
+
+class Prober:
+    """Gradients of one loaded model at moved points, with the float64 copy and forensics on demand."""
+
+    def __init__(self, loaded, info, tags: tuple[str, ...], plan, base: dict[str, np.ndarray],
+                 variables: list, graph, gradient_functions: dict[str, str], seed: int, upcast: bool):
+        self.loaded, self.info, self.tags, self.plan, self.base = loaded, info, tags, plan, base
+        self.variables = variables  # (source name, loaded tf.Variable)
+        self.var_names = [n for n, _ in variables]
+        self.base_vars = [np.asarray(v.numpy()) for _, v in variables]
+        # the dtype each source has in the model (gradients are handed over as float64)
+        self.dtypes = {**{n: base[n].dtype for n in plan.input_sources},
+                       **{n: np.dtype(v.dtype.as_numpy_dtype) for n, v in variables}}
+        self.upcast = upcast
+        self.notes: list[str] = []
+        self.forensics = Forensics(loaded.fn, graph, gradient_functions)
+        self._runners: dict[tuple[str | None, bool], object] = {}
+        self._f64 = None  # the loaded float64 copy; False when it cannot be made
+        self._culprits: dict[tuple, Culprit | None] = {}
+        outputs = loaded.fn(**{k: base[k] for k in plan.specs})
+        rng = np.random.default_rng([seed, 3])
+        # A random signed cotangent, never ones: the gradient of sum(softmax(x)) is exactly zero.
+        self.u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
+
+    def runner(self, output: str | None = None, f64: bool = False):
+        """The numeric checks' Runner for u·f, over one output or (None) all of them."""
+        from ..numeric.runner import Runner, signature_variables
+
+        if len(self.plan.float_outputs) == 1:
+            output = None  # one runner serves both
+        key = (output, f64)
+        if key not in self._runners:
+            fn = self._f64.fn if f64 else self.loaded.fn
+            variables = self.variables
+            if f64:
+                by_name = signature_variables(self.info, fn)
+                variables = [(n, by_name[n]) for n in self.var_names]
+            outs = self.plan.float_outputs if output is None else [output]
+            self._runners[key] = Runner(fn, self.base, self.plan.input_sources, variables, outs)
+        return self._runners[key]
+
+    def gradients(self, point: dict[str, np.ndarray], output: str | None = None, f64: bool = False,
+                  var_values: list[np.ndarray] | None = None):
+        """(outputs, {source: float64 gradient, None where TensorFlow gives none}) of u·f at `point`
+        (every signature input) and `var_values` (default: the variables' own values)."""
+        runner = self.runner(output, f64)
+        var_values = self.base_vars if var_values is None else var_values
+        runner.move_to({k: np.asarray(v, runner.input_dtypes[k].as_numpy_dtype) for k, v in point.items()},
+                       [np.asarray(v, b.dtype.as_numpy_dtype) for v, b in zip(var_values, runner.var_base)])
+        u = self.u if output is None else {output: self.u[output]}
+        out, g_in, g_var = runner.gradient(u)
+        grads = {**g_in, **dict(zip(self.var_names, g_var))}
+        return out, {k: dense(g) for k, g in grads.items()}
+
+    def float64(self) -> bool:
+        """Load the float64 copy once; False (with a note) when it cannot be made."""
+        if self._f64 is None:
+            from ..numeric.runner import describe, load
+            from ..numeric.upcast import float64_blockers
+
+            self._f64 = False
+            if not self.upcast:
+                self.notes.append("Stability probes without float64 comparison (disabled): every non-finite "
+                                  "value is reported.")
+                return False
+            blockers = ["no TF2 object graph"] if self.info.function is None else float64_blockers(self.info)
+            if blockers:
+                self.notes.append(f"Stability probes without float64 comparison ({'; '.join(blockers)}): every "
+                                  "non-finite value is reported.")
+                return False
+            try:
+                self._f64 = load(self.info, self.tags, True)
+            except Exception as exc:  # noqa: BLE001 - the float64 copy is optional
+                self.notes.append(f"The float64 copy for the stability probes could not be loaded "
+                                  f"({describe(exc)}): every non-finite value is reported.")
+        return bool(self._f64)
+
+    def point(self, config: tuple[str, ...], scale: float, sign: int) -> dict[str, np.ndarray]:
+        p = dict(self.base)
+        for n in config:
+            x = np.asarray(self.base[n], dtype=np.float64)
+            m = float(np.max(np.abs(x))) if x.size else 0.0
+            unit = x / m if m > 0 else np.ones_like(x)
+            p[n] = (sign * scale * unit).astype(self.base[n].dtype)
+        return p
+
+    def culprit(self, key: tuple, find) -> Culprit | None:
+        if key not in self._culprits:
+            try:
+                self._culprits[key] = find()
+            except Exception as exc:  # noqa: BLE001 - forensics is best effort; the probe result stands
+                note = (f"The op at fault in a stability probe could not be located: TensorFlow could not "
+                        f"differentiate a frozen copy of the graph ({type(exc).__name__}; known to happen with "
+                        "While, If and Case ops).")
+                self.notes += [note] if note not in self.notes else []
+                self._culprits[key] = None
+        return self._culprits[key]
+
+    def close(self) -> None:
+        self.forensics.close()
+        if self._f64:
+            self._f64.close()
+
+    # -- one probe point ---------------------------------------------------------------------------
+    def observe(self, config: tuple[str, ...], scale: float, sign: int) -> dict[tuple[str, str], Observation]:
+        point = self.point(config, scale, sign)
+        out, grads = self.gradients(point)
+        per_output = {o: (out, grads) for o in self.plan.float_outputs}
+        if len(per_output) > 1 and any(nonfinite(g) for g in grads.values()):
+            per_output = {o: self.gradients(point, o) for o in self.plan.float_outputs}  # whose gradient?
+        exact: dict[str, tuple] = {}
+
+        def float64_at(o: str):
+            """(outputs, gradients) of the float64 copy at this point, None without one; once per output."""
+            if o not in exact:
+                exact[o] = self.gradients(point, o, f64=True) if self.float64() else None
+            return exact[o]
+
+        seen: dict[tuple[str, str], Observation] = {}
+        for o, (o_out, o_grads) in per_output.items():
+            sources = [s for s in self.plan.input_sources + self.var_names if o in self.plan.connected(s)]
+            forward = nonfinite(o_out[o])
+            if forward:
+                kind, culprit, note = self._judge_forward(point, o, float64_at, config, scale, sign)
+                for s in sources:
+                    seen[s, o] = Observation(kind, scale, sign, config, forward, nonfinite(o_grads.get(s)),
+                                             culprit, note)
+                continue
+            for s in sources:
+                grad = o_grads.get(s)
+                seen[s, o] = (self._judge_gradient(point, o, s, grad, float64_at(o), config, scale, sign)
+                              if nonfinite(grad) else Observation(OK, scale, sign, config))
+        return seen
+
+    def _judge_forward(self, point, output, float64_at, config, scale, sign):
+        """(kind, culprit, note) of a non-finite forward."""
+        exact = float64_at(output)
+        if exact is not None and nonfinite(exact[0][output]):
+            return DOMAIN, None, ("non-finite in float64 too (outside the function's domain, or beyond float64's "
+                                  "range): not reported")
+        return FORWARD, self.culprit(("forward", config, scale, sign), lambda: self.forensics.forward(point)), ""
+
+    def _judge_gradient(self, point, output, source, grad, exact, config, scale, sign) -> Observation:
+        value = nonfinite(grad)
+        if value != "nan" and exact is not None and exact[1].get(source) is not None:
+            bad = ~np.isfinite(grad)
+            dtype = self.dtypes[source]
+            true = np.abs(exact[1][source][bad]) if exact[1][source].shape == bad.shape else np.array([])
+            if true.size and np.all(true > float(np.finfo(dtype).max)):
+                return Observation(OVERFLOW, scale, sign, config, value, note=f"its true value, about "
+                                   f"{float(true.max()):.3g} by float64, is beyond {dtype}'s range: an overflow "
+                                   "of the value itself, not reported")
+        culprit = self.culprit(("gradient", output, config, scale, sign),
+                               lambda: self.forensics.backward(point, output, self.u[output]))
+        return Observation(GRADIENT, scale, sign, config, value, culprit=culprit)
+
+
+def run_ladder(prober: Prober, scales) -> LadderOutcome:
+    """Probe every (config, scale, sign); one result per (source, output, scale): its worst observation."""
+    plan = prober.plan
+    inputs = plan.input_sources
+    configs = [tuple(inputs)] + ([(n,) for n in inputs] if len(inputs) > 1 else [])
+    worst: dict[tuple[str, str, float], Observation] = {}
+    reported: list[tuple[str, str, Observation]] = []
+    skipped: set[float] = set()
+    for config in configs:
+        kept, dropped = valid_scales(scales, [prober.base[n].dtype for n in config])
+        skipped.update(dropped)
+        for scale in kept:
+            for sign in (1,) if scale == 0 else (1, -1):
+                for (s, o), obs in prober.observe(config, scale, sign).items():
+                    key = (s, o, scale)
+                    if key not in worst or obs.kind > worst[key].kind:
+                        worst[key] = obs
+                    if obs.reported:
+                        reported.append((s, o, obs))
+    # Variables are not scaled: with several, one row per (output, scale) stands for all of them, as in the
+    # numeric checks ("*"), and names those that went wrong.
+    label = {n: ALL_VARIABLES for n in prober.var_names} if len(prober.var_names) > 1 else {}
+    rows: dict[tuple[str, str, float], tuple[Observation, list[str]]] = {}
+    for (s, o, scale), obs in worst.items():
+        key = (label.get(s, s), o, scale)
+        seen, bad = rows.get(key, (obs, []))
+        rows[key] = (obs if obs.kind > seen.kind else seen, bad + ([s] if obs.kind != OK and s in label else []))
+    order = {n: i for i, n in enumerate(inputs + [ALL_VARIABLES] + prober.var_names)}
+    outs = {n: i for i, n in enumerate(plan.float_outputs)}
+    results = []
+    for (s, o, scale), (obs, bad) in sorted(rows.items(), key=lambda kv: (order[kv[0][0]], outs[kv[0][1]],
+                                                                          kv[0][2])):
+        detail = obs.detail(inputs)
+        if bad:
+            detail = f"{', '.join(bad[:5])}{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}: {detail}"
+        results.append(StabilityResult(s, o, scale, STATUS[obs.kind], obs.culprit.op.op_type if obs.culprit else None,
+                                       obs.culprit.op.op_name if obs.culprit else None, detail))
+    notes = [f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
+             "range of the inputs' dtype."] if skipped else []
+    return LadderOutcome(results, reported, notes)

@@ -1,0 +1,176 @@
+"""Second order (`--order 2`): Hessian-vector products of the loaded model against central differences of
+its gradient, with the numeric checks' ladder of steps and error bounds.
+
+Along p(t) = z + t v, phi(t) = <grad(u·f)(p(t)), w> and its derivative at 0 is w·H·v. TensorFlow's value
+comes from differentiating the gradient again (reverse over reverse, non-persistent tapes): H·w, so that
+lin(t) = <H·w, p(t) - z> is what autodiff predicts for the points actually evaluated.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import Finding, NumericResult
+from ..rules import hazards as rules
+from .probes import dense
+
+LABEL = "order 2"  # every second-order result's reason starts with this
+
+
+@dataclass
+class SecondOrderOutcome:
+    results: list[NumericResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def tf_reason(exc: BaseException) -> str:
+    """TensorFlow's own sentence from an exception raised while tracing: the last `XxxError: ...` line
+    (a traced function's message starts with "in user code:" and a Python stack)."""
+    lines = [ln.strip() for ln in str(exc).splitlines()]
+    starts = [i for i, ln in enumerate(lines) if re.match(r"^[A-Za-z_.]*(Error|Exception): ", ln)]
+    if not starts:
+        text = " ".join(ln for ln in lines if ln) or type(exc).__name__
+        return f"{type(exc).__name__}: {text}"[:400]
+    i = starts[-1]
+    end = next((j for j in range(i + 1, len(lines)) if not lines[j]), len(lines))
+    return " ".join(lines[i:end])[:400]
+
+
+def _dot(a, b) -> float:
+    return float(np.sum(np.asarray(a, dtype=np.float64) * np.asarray(b, dtype=np.float64)))
+
+
+def _direction(rng, value) -> np.ndarray:
+    value = np.asarray(value, dtype=np.float64)
+    rms = float(np.sqrt(np.mean(value * value))) if value.size else 0.0
+    return rng.standard_normal(value.shape) * (rms or 1.0)
+
+
+class _HessianVector:
+    """H·w, the gradient of <grad(u·f), w>, at the runner's current point; traced once (w is an argument)."""
+
+    def __init__(self, runner):
+        import tensorflow as tf
+
+        self.runner = runner
+        self._fn = tf.function(self._impl, autograph=False)
+
+    def _impl(self, inputs, u, w_in, w_var):
+        import tensorflow as tf
+
+        r = self.runner
+        sources = [inputs[n] for n in r.input_sources] + list(r.vars)
+        with tf.GradientTape(watch_accessed_variables=False) as outer:
+            outer.watch(sources)
+            with tf.GradientTape(watch_accessed_variables=False) as inner:
+                inner.watch(sources)
+                out = r.fn(**inputs)
+                phi = tf.add_n([tf.reduce_sum(tf.cast(out[o], tf.float64) * u[o]) for o in r.float_outputs])
+            grads = [None if g is None else tf.convert_to_tensor(g) for g in inner.gradient(phi, sources)]
+            weights = [w_in[n] for n in r.input_sources] + list(w_var)
+            terms = [tf.reduce_sum(tf.cast(g, tf.float64) * w) for g, w in zip(grads, weights) if g is not None]
+            s = tf.add_n(terms) if terms else tf.constant(0.0, tf.float64)
+        return outer.gradient(s, sources)
+
+    def __call__(self, u, w_in, w_var) -> list[np.ndarray | None]:
+        import tensorflow as tf
+
+        r = self.runner
+        hw = self._fn(r.inputs, {o: tf.constant(u[o]) for o in r.float_outputs},
+                      {n: tf.constant(w_in[n]) for n in r.input_sources}, [tf.constant(w) for w in w_var])
+        return [dense(h) for h in hw]
+
+
+def run_second_order(prober, seed: int) -> SecondOrderOutcome:
+    """One check per float input and one for the trainable variables together."""
+    from ..numeric import ALL_VARIABLES
+    from ..numeric.checks import output_label
+    from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION
+    from ..numeric import sweep
+
+    plan = prober.plan
+    use64 = prober.float64()
+    runner = prober.runner(None, use64)
+    dtype = "float64" if use64 else plan.native
+    eps = EPS[dtype]
+    hvp = _HessianVector(runner)
+    rng = np.random.default_rng([seed, 4])
+    names_all = plan.input_sources + prober.var_names
+    base = {**{n: prober.base[n] for n in plan.input_sources}, **dict(zip(prober.var_names, prober.base_vars))}
+    dtypes = {n: np.dtype(np.float64) if use64 else prober.dtypes[n] for n in names_all}
+    outcome = SecondOrderOutcome()
+    unavailable: dict[str, tuple[list[str], set[str]]] = {}  # TensorFlow's reason -> (sources, outputs)
+
+    groups = [(n, [n]) for n in plan.input_sources if plan.connected(n)]
+    variables = [n for n in prober.var_names if plan.connected(n)]
+    if variables:
+        groups.append((variables[0] if len(variables) == 1 else ALL_VARIABLES, variables))
+
+    def gradients_at(p: dict[str, np.ndarray]) -> dict[str, np.ndarray | None]:
+        inputs = {**prober.base, **{n: v for n, v in p.items() if n in plan.input_sources}}
+        return prober.gradients(inputs, None, use64, [p.get(n, base[n]) for n in prober.var_names])[1]
+
+    for label, names in groups:
+        outs = tuple(sorted({o for n in names for o in plan.connected(n)}))
+        shown = output_label(outs, plan.float_outputs)
+        v = {n: _direction(rng, base[n]) for n in names}
+        w = {n: _direction(rng, base[n]) for n in names}
+        g0 = gradients_at({})  # also moves the runner to the base point, where H·w is taken
+        try:
+            weights = {n: w.get(n, np.zeros(np.shape(base[n]))) for n in names_all}
+            hw_list = hvp(prober.u, {n: weights[n] for n in plan.input_sources},
+                          [weights[n] for n in prober.var_names])
+        except Exception as exc:  # noqa: BLE001 - TensorFlow's reason is the finding
+            reason = tf_reason(exc)
+            outcome.results.append(NumericResult(label, shown, "error", None, None, dtype, 0,
+                                                 f"{LABEL}: TensorFlow cannot build the second-order gradient: "
+                                                 f"{reason}"))
+            unavailable.setdefault(reason, ([], set()))
+            unavailable[reason][0].extend(names)
+            unavailable[reason][1].update(outs)
+            continue
+        hw = {n: np.zeros(np.shape(base[n])) if h is None else h for n, h in zip(names_all, hw_list)}
+        g0 = {n: np.zeros(np.shape(base[n])) if g0.get(n) is None else g0[n] for n in names}
+        terms = [hw[n] * v[n] for n in names]
+        autodiff = float(sum(np.sum(t) for t in terms))
+        scale = float(sum(np.sum(np.abs(t)) for t in terms))
+        phi0 = sum(_dot(g0[n], w[n]) for n in names)
+        phi_norm = float(np.sqrt(sum(np.sum((g0[n] * w[n]) ** 2) for n in names)))
+
+        def evaluate(t: float, names=names, v=v, w=w, hw=hw) -> tuple[float, float]:
+            p = {n: (base[n] + t * v[n]).astype(dtypes[n]) for n in names}  # the point actually evaluated
+            g = gradients_at(p)
+            phi = sum(_dot(g[n], w[n]) for n in names if g[n] is not None)
+            return phi, sum(_dot(hw[n], p[n].astype(np.float64) - base[n]) for n in names)
+
+        line = sweep.Line(evaluate=evaluate, autodiff=autodiff, scale=scale, sigma_floor=0.5 * eps * phi_norm,
+                          phi_norm=phi_norm, low_precision_autodiff=not use64, phi0=phi0)
+        est = sweep.run(line, sweep.ladder_for(eps, use64), FLOOR_ULPS * eps, RESOLUTION)
+        size = max(est.scale, abs(est.numeric))
+        rel = abs(est.delta) / size if size > 0 else 0.0
+        verdict = sweep.classify(est, FLOOR_ULPS * eps, RESOLUTION)
+        if verdict == "fail":
+            status, reason = "fail", f"{LABEL}: H·v {est.autodiff:.4e}, central differences {est.numeric:.4e}"
+            why = (" TensorFlow's second derivative is exactly zero: the gradient function does not depend on "
+                   "the input (tf.stop_gradient or numpy inside a custom gradient)." if est.autodiff == 0 else "")
+            outcome.findings.append(rules.SecondOrderMismatch.finding(
+                f"The second derivative of {shown} with respect to {', '.join(names)} is wrong: along random "
+                f"directions w·H·v is {est.autodiff:.4e} by differentiating the gradient again, but "
+                f"{est.numeric:.4e} ± {est.bound:.1e} by central differences of the gradient (step {est.step:.1e}, "
+                f"{dtype}).{why}", sources=names, outputs=outs))
+        elif verdict == "pass":
+            status, reason = "pass", f"{LABEL}: Hessian-vector product agrees with central differences"
+        else:  # unresolved, or a gradient flat along the line (ReLU networks): no verdict
+            status, reason = "inconclusive", (f"{LABEL}: the difference quotients of the gradient do not settle "
+                                              f"(error bound {est.rel_bound:.1e} relative)")
+        outcome.results.append(NumericResult(label, shown, status, rel if np.isfinite(rel) else None, est.step,
+                                             dtype, est.evaluations + 1, reason))
+    for reason, (names, outs) in unavailable.items():
+        outputs = tuple(sorted(outs))
+        outcome.findings.append(rules.SecondOrderUnavailable.finding(
+            f"TensorFlow cannot differentiate the gradient of {output_label(outputs, plan.float_outputs)} "
+            f"with respect to {', '.join(names)} a second time: {reason}", sources=names, outputs=outputs))
+    return outcome

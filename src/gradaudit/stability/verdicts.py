@@ -1,0 +1,65 @@
+"""From probe observations to findings: one unstable-gradient or nonfinite-forward finding per output and
+op at fault, and the static hazards whose ops the probes saw fail."""
+
+from __future__ import annotations
+
+from ..model import Finding, OpRef
+from ..rules import hazards as rules
+from .probes import GRADIENT, Observation
+
+
+def values_text(values: set[str]) -> str:
+    """{"nan", "-inf"} -> "NaN or -inf"."""
+    parts = ["NaN"] if "nan" in values else []
+    infs = values & {"inf", "-inf"}
+    parts += ["±inf"] if len(infs) == 2 else sorted(infs)
+    return " or ".join(parts)
+
+
+def _scales(obs: list[Observation]) -> str:
+    return ", ".join(f"{s:g}" for s in sorted({o.scale for o in obs}))
+
+
+def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[str],
+                    hazards: list[rules.Hazard]) -> tuple[list[Finding], dict]:
+    """(findings, confirmations): confirmations map a hazard finding's (code, op, message) to evidence."""
+    groups: dict[tuple[int, str, OpRef | None], list[tuple[str, Observation]]] = {}
+    for source, output, obs in reported:
+        groups.setdefault((obs.kind, output, obs.culprit.op if obs.culprit else None), []).append((source, obs))
+
+    confirmations: dict[tuple[str, OpRef | None, str], str] = {}
+    for h in hazards:
+        seen = [obs for _, _, obs in reported if obs.culprit and obs.culprit.op in h.involved]
+        if seen:
+            first = seen[0]
+            what = "gradient" if first.kind == GRADIENT else "value"
+            confirmations[(h.rule.code, h.op, h.message)] = (
+                f"{values_text({first.value})} {what} at {first.where(inputs)}, first from "
+                f"{rules.op_label(first.culprit.op)}: {first.culprit.detail}")
+
+    findings = []
+    for (kind, output, op), items in groups.items():
+        obs = [o for _, o in items]
+        first = obs[0]
+        if kind == GRADIENT:
+            sources = tuple(dict.fromkeys(s for s, _ in items))
+            text = (f"The gradient of {output} with respect to {', '.join(sources)} is "
+                    f"{values_text({o.value for o in obs})} while {output} is finite, at input scale(s) "
+                    f"{_scales(obs)} (e.g. {first.where(inputs)})")
+            rule = rules.UnstableGradient
+        else:
+            sources = tuple(dict.fromkeys(n for o in obs for n in o.config))
+            text = (f"{output} is {values_text({o.value for o in obs})} at input scale(s) {_scales(obs)} "
+                    f"(e.g. {first.where(inputs)})")
+            if not any(o.gradient for o in obs):
+                text += "; its gradient stays finite there"
+            rule = rules.NonfiniteForward
+        if first.culprit is None:
+            text += ". The op at fault could not be located."
+        else:
+            text += f". First non-finite value from {rules.op_label(op)}: {first.culprit.detail}."
+            linted = sorted({f"{h.rule.code} {h.rule.slug}" for h in hazards if op in h.involved})
+            if linted:
+                text += f" The hazard {', '.join(linted)} is reported there."
+        findings.append(rule.finding(text, op=op, sources=sources, outputs=(output,)))
+    return findings, confirmations

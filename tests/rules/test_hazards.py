@@ -1,0 +1,115 @@
+"""GA30x hazard lints: each fires on its pattern and not on the stable way of writing it. Static only."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradaudit.rules import get_rule
+
+LINTS = ("log1p-exp", "log-sigmoid", "log-softmax", "sqrt-at-zero", "where-nan", "squared-denominator")
+
+
+def hazards(report) -> list:
+    return [f for f in report.findings if f.rule in LINTS]
+
+
+@pytest.mark.parametrize("name,rule,op_type", [
+    ("log1pexp_naive", "log1p-exp", "Log"),
+    ("log_sigmoid_naive", "log-sigmoid", "Log"),
+    ("log_softmax_naive", "log-softmax", "Log"),
+    ("unstable_norm", "sqrt-at-zero", "Sqrt"),
+    ("where_nan", "where-nan", "SelectV2"),
+    ("reciprocal_ratio", "squared-denominator", "Mul"),
+])
+def test_lint_fires_on_its_pattern(static_report, name, rule, op_type):
+    found = hazards(static_report(name))
+    assert [(f.rule, f.op.op_type) for f in found] == [(rule, op_type)]
+    f = found[0]
+    assert f.code == get_rule(rule).code and f.code.startswith("GA30")
+    assert f.severity.value == "warning"  # not run: a lint on its own is a warning
+    assert f.outputs and f.sources and f.fix == get_rule(rule).fix
+
+
+@pytest.mark.parametrize("name", ["softplus", "log1pexp_custom", "safe_norm", "where_safe", "ratio_stable",
+                                  "normal_logpdf", "mlp", "cnn", "while_loop", "second_order_stop_gradient"])
+def test_no_lint_on_stable_forms(static_report, name):
+    assert hazards(static_report(name)) == []
+
+
+def test_squared_denominator_inside_a_saved_custom_gradient(static_report):
+    """Seed 000: the forward -a/b is fine; the hand-written gradient a / b**2 is not."""
+    r = static_report("ratio_naive")
+    (f,) = hazards(r)
+    assert f.rule == "squared-denominator" and f.op.op_type == "RealDiv"
+    assert f.op.function.startswith("__inference_internal_grad_fn")  # inside the gradient function
+    assert "IdentityN" in f.message and "Pow 'pow'" in f.message
+    assert set(f.sources) == {"a", "b"} and f.outputs == ("f",)
+
+
+def test_log1p_exp_with_the_forward_replaced_by_a_custom_gradient_is_not_a_lint(static_report):
+    """log1pexp_custom computes the same log(1 + exp(x)), but no gradient flows through that Log."""
+    r = static_report("log1pexp_custom")
+    assert "custom-gradient" in {f.rule for f in r.findings} and hazards(r) == []
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    """One model, one output per variant of the patterns; a finding names the output it concerns."""
+    import tensorflow as tf
+
+    from helpers import save_module
+
+    c = tf.constant([0.5, 1.5])
+
+    class Zoo(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x"),
+                                      tf.TensorSpec([None, 2], tf.float32, name="y")])
+        def __call__(self, x, y):
+            return {
+                "log_exp_plus_one": tf.math.log(tf.exp(x) + 1.0),
+                "log1p_of_exp": tf.math.log1p(tf.exp(x)),
+                "log_two_plus_exp": tf.math.log(2.0 + tf.exp(x)),
+                "where_reciprocal": tf.where(x > 0, 1.0 / x, 0.0),
+                "where_unrelated": tf.where(x > 0, tf.math.log(y * y + 1.0), 0.0),
+                "where_log_times_two": tf.where(x > 0.5, 2.0 * tf.math.log(x), 0.0),
+                "pow_half_of_squares": tf.pow(tf.reduce_sum(x * x, axis=-1), 0.5),
+                "sqrt_of_relu": tf.sqrt(tf.nn.relu(x)),
+                "sqrt_with_epsilon": tf.sqrt(tf.reduce_sum(tf.square(x), axis=-1) + 1e-6),
+                "sqrt_of_input": tf.sqrt(y),
+                "div_by_square": y / tf.square(x),
+                "div_by_scaled_square": y / (2.0 * x * x),
+                "div_by_constant_square": x / (2.0 * c ** 2),
+            }
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    path = save_module(Zoo(), str(tmp_path_factory.mktemp("zoo") / "zoo"))
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    return {out: f.rule for f in hazards(report) for out in f.outputs}, len(hazards(report))
+
+
+@pytest.mark.parametrize("output,rule", [
+    ("log_exp_plus_one", "log1p-exp"), ("log1p_of_exp", "log1p-exp"), ("log_two_plus_exp", None),
+    ("where_reciprocal", "where-nan"), ("where_unrelated", None), ("where_log_times_two", "where-nan"),
+    ("pow_half_of_squares", "sqrt-at-zero"), ("sqrt_of_relu", "sqrt-at-zero"), ("sqrt_with_epsilon", None),
+    ("sqrt_of_input", None),
+    ("div_by_square", "squared-denominator"), ("div_by_scaled_square", "squared-denominator"),
+    ("div_by_constant_square", None),
+])
+def test_pattern_variants(zoo, output, rule):
+    by_output, _ = zoo
+    assert by_output.get(output) == rule
+
+
+def test_each_variant_is_one_finding(zoo):
+    by_output, count = zoo
+    assert count == len(by_output) == 8
+
+
+def test_every_hazard_rule_is_registered_with_its_docs():
+    for slug in (*LINTS, "unstable-gradient", "nonfinite-forward", "second-order-mismatch",
+                 "second-order-unavailable"):
+        r = get_rule(slug)
+        assert r.code.startswith("GA3") and "## Use instead" in r.doc
+    assert get_rule("unstable-gradient").severity.value == "error"
+    assert get_rule("nonfinite-forward").severity.value == "warning"

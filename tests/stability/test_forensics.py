@@ -1,0 +1,80 @@
+"""Forensics at chosen points: the op whose forward or backward made the first non-finite value."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def forensics(samples):
+    """forensics(name) -> Forensics on the loaded sample model (cached, kept alive for the module)."""
+    import tensorflow as tf
+
+    from gradaudit.flow import analyse
+    from gradaudit.graph.gradients import GradientOracle
+    from gradaudit.stability.forensics import Forensics
+    from gradaudit.targets.saved_model import SavedModelFile
+
+    made, loaded = {}, []
+
+    def get(name: str) -> Forensics:
+        if name not in made:
+            path = os.path.join(samples, name)
+            model = SavedModelFile(path)
+            analysis = analyse(model, model.signature("serving_default"), GradientOracle())
+            obj = tf.saved_model.load(path)
+            loaded.append(obj)
+            made[name] = Forensics(obj.signatures["serving_default"], analysis.graph, analysis.gradient_functions)
+        return made[name]
+
+    yield get
+    for f in made.values():
+        f.close()
+
+
+def f32(*values) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
+def test_backward_names_sqrt_at_the_zero_row(forensics):
+    x = np.array([[1, 2, 3, 4], [0, 0, 0, 0]], np.float32)
+    c = forensics("unstable_norm").backward({"x": x}, "y", np.array([0.5, -1.0]))
+    assert (c.op.op_type, c.op.op_name) == ("Sqrt", "norm/Sqrt") and c.detail.startswith("Sqrt received 0;")
+    assert c.op.function.startswith("__inference_")  # the function the static pass names, not the frozen copy
+
+
+def test_backward_of_a_healthy_point_names_nothing(forensics):
+    x = np.array([[1, 2, 3, 4], [0, 1, 0, 0]], np.float32)
+    assert forensics("unstable_norm").backward({"x": x}, "y", np.array([0.5, -1.0])) is None
+    assert forensics("softplus").backward({"x": f32(100.0, -100.0)}, "y", np.array([1.0, 1.0])) is None
+
+
+def test_forward_names_the_op_that_overflowed_and_its_input(forensics):
+    f = forensics("log1pexp_naive")
+    c = f.forward({"x": f32(1.0, 100.0)})
+    assert c.op.op_type == "Exp" and c.detail == "Exp received 100 and returned inf"
+    assert f.forward({"x": f32(1.0, 2.0)}) is None
+
+
+def test_unselected_branch_of_a_where(forensics):
+    c = forensics("where_nan").backward({"x": f32(2.0, 0.0)}, "y", np.array([1.0, 1.0]))
+    assert c.op.op_type == "Log" and c.detail.startswith("Log received 0;")
+
+
+def test_reciprocal(forensics):
+    c = forensics("reciprocal_ratio").backward({"a": f32(1e-20, 1.0), "b": f32(1e-20, 1.0)}, "f",
+                                               np.array([1.0, 1.0]))
+    assert c.op.op_type == "Reciprocal" and c.detail.startswith("Reciprocal received 1e-20;")
+
+
+def test_inside_a_saved_custom_gradient(forensics):
+    """Seed 000: b**2 underflows to 0 in the hand-written gradient, and a / 0 is inf."""
+    c = forensics("ratio_naive").backward({"a": f32(1.0, 1e-20), "b": f32(1.0, 1e-20)}, "f",
+                                          np.array([1.0, 1.0]))
+    assert (c.op.op_type, c.op.op_name) == ("RealDiv", "truediv_1")
+    assert c.op.function.startswith("__inference_internal_grad_fn")
+    assert c.detail.startswith("RealDiv received (1e-20, 0) and returned inf, in the custom gradient")
+    assert forensics("ratio_stable").backward({"a": f32(1e-20), "b": f32(1e-20)}, "f", np.array([1.0])) is None

@@ -1,0 +1,180 @@
+"""Stability probes over the input-scale ladder: statuses, findings, the op named, and the lints they confirm."""
+
+from __future__ import annotations
+
+import jsonschema
+import numpy as np
+import pytest
+
+from gradaudit.report import json_report
+
+from .conftest import finding, rules_of, stability
+
+PROBE_RULES = {"unstable-gradient", "nonfinite-forward"}
+
+
+def test_norm_of_a_zero_vector(audited):
+    r = audited("unstable_norm")
+    f = finding(r, "unstable-gradient")
+    assert f.severity.value == "error" and f.sources == ("x",) and f.outputs == ("y",)
+    assert f.op.op_type == "Sqrt" and f.op.op_name == "norm/Sqrt"
+    assert "Sqrt received 0" in f.message and "at input scale(s) 0," in f.message
+    zero = stability(r, "x", "y", 0.0)
+    assert zero.status == "nonfinite_gradient" and zero.op_type == "Sqrt" and "gradient nan" in zero.detail
+    assert stability(r, "x", "y", 1.0).status == "ok" and stability(r, "x", "y", 1e4).status == "ok"
+    lint = finding(r, "sqrt-at-zero")  # confirmed: raised to an error that says what the probe saw
+    assert lint.severity.value == "error" and "Confirmed by the stability probes" in lint.message
+
+
+def test_where_over_a_log(audited):
+    r = audited("where_nan")
+    f = finding(r, "unstable-gradient")
+    assert f.op.op_type == "Log" and "Log received 0" in f.message
+    assert "where-nan" in f.message  # points at the hazard reported on the same op
+    assert finding(r, "where-nan").severity.value == "error"
+    assert [s.scale for s in r.stability if s.status != "ok"] == [0.0]
+
+
+def test_reciprocal_ratio_blames_reciprocal_for_b_only(audited):
+    r = audited("reciprocal_ratio")
+    f = finding(r, "unstable-gradient")
+    assert f.op.op_type == "Reciprocal" and f.sources == ("b",)
+    assert "Reciprocal received 1e-20" in stability(r, "b", "f", 1e-20).detail
+    assert stability(r, "a", "f", 1e-20).status == "ok"
+    assert finding(r, "squared-denominator").severity.value == "error"
+
+
+def test_seed_000_naive_ratio_is_localised_inside_its_custom_gradient(audited):
+    r = audited("ratio_naive")
+    lint = finding(r, "squared-denominator")
+    f = finding(r, "unstable-gradient")
+    assert f.sources == ("b",) and f.op == lint.op  # the RealDiv a / b**2 of the gradient function
+    assert f.op.function.startswith("__inference_internal_grad_fn") and "custom gradient" in f.message
+    assert "returned inf" in stability(r, "b", "f", 1e-20).detail
+    assert lint.severity.value == "error" and "Confirmed" in lint.message
+
+
+def test_seed_000_stable_ratio_is_clean(audited):
+    r = audited("ratio_stable")
+    assert not rules_of(r) & (PROBE_RULES | {"squared-denominator"}) and r.verdict() == "pass"
+    # b alone at 1e-20: the gradient 1e40 overflows float32 because its true value does: recorded, not a finding
+    row = stability(r, "b", "f", 1e-20)
+    assert row.status == "nonfinite_gradient" and "beyond float32's range" in row.detail
+    # everything at 0: -0/0 is NaN in float64 too, outside the function's domain
+    assert "not reported" in stability(r, "a", "f", 0.0).detail
+
+
+def test_seed_001_naive_log1pexp_overflows_forward(audited):
+    r = audited("log1pexp_naive")
+    f = finding(r, "nonfinite-forward")
+    assert f.severity.value == "warning" and f.op.op_type == "Exp"
+    assert "Exp received" in f.message and "returned inf" in f.message
+    hundred = stability(r, "x", "y", 100.0)
+    assert hundred.status == "nonfinite_forward" and "gradient nan" in hundred.detail
+    assert stability(r, "x", "y", 1.0).status == "ok"
+    assert finding(r, "log1p-exp").severity.value == "error"
+
+
+def test_seed_001_custom_log1pexp_gradient_stays_finite(audited):
+    r = audited("log1pexp_custom")
+    assert "unstable-gradient" not in rules_of(r)
+    hundred = stability(r, "x", "y", 100.0)
+    assert hundred.status == "nonfinite_forward" and "gradient finite" in hundred.detail
+    assert "gradient stays finite" in finding(r, "nonfinite-forward").message
+
+
+@pytest.mark.parametrize("name,rule", [("log_sigmoid_naive", "log-sigmoid"), ("log_softmax_naive", "log-softmax")])
+def test_log_of_an_underflowing_probability(audited, name, rule):
+    r = audited(name)
+    assert finding(r, "nonfinite-forward").op.op_type == "Log"
+    assert "Log received 0" in stability(r, "x", "y", 100.0).detail
+    lint = finding(r, rule)
+    assert lint.severity.value == "error" and "Log received 0" in lint.message
+
+
+@pytest.mark.parametrize("name", ["softplus", "where_safe", "safe_norm", "normal_logpdf", "cnn", "mlp"])
+def test_healthy_models_probe_clean(audited, name):
+    r = audited(name)
+    assert not rules_of(r) & PROBE_RULES, [f.message for f in r.findings]
+    assert r.stability and {s.status for s in r.stability} == {"ok"}
+    scales = {s.scale for s in r.stability}
+    assert scales == {0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e2, 1e4}
+
+
+def test_variables_are_probed_with_the_inputs(audited):
+    r = audited("cnn")  # six trainable variables: one row stands for all of them
+    assert {s.source for s in r.stability} == {"image", "*"} and len(r.stability) == 16
+
+
+def test_variables_share_one_row_that_names_the_bad_ones(tmp_path):
+    import tensorflow as tf
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+    from helpers import save_module
+
+    class ScaledNorm(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable([1.0, 2.0, 3.0], name="w")
+            self.v = tf.Variable(2.0, name="v")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": tf.norm(x * self.w, axis=-1) * self.v}
+
+    r = audit_saved_model(save_module(ScaledNorm(), str(tmp_path / "scaled_norm")),
+                          AuditOptions(probe_scales=(0.0, 1.0)))
+    zero = stability(r, "*", "y", 0.0)
+    assert zero.status == "nonfinite_gradient" and zero.detail.startswith("w: ") and zero.op_type == "Sqrt"
+    assert stability(r, "*", "y", 1.0).status == "ok"
+    f = finding(r, "unstable-gradient")
+    assert set(f.sources) == {"x", "w"} and f.op.op_type == "Sqrt"  # not v: d y / d v = norm = 0 is fine
+
+
+def test_lint_not_reached_by_the_probes_stays_a_warning(audited):
+    r = audited("unstable_norm", probe_scales=(1.0, 100.0))
+    assert "unstable-gradient" not in rules_of(r)
+    assert finding(r, "sqrt-at-zero").severity.value == "warning"
+    assert {s.scale for s in r.stability} == {1.0, 100.0}
+
+
+def test_static_only_runs_no_probe(static_report):
+    r = static_report("unstable_norm")
+    assert not r.stability and "unstable-gradient" not in rules_of(r)
+
+
+@pytest.mark.parametrize("name", ["unstable_norm", "ratio_stable", "log1pexp_custom"])
+def test_stability_list_matches_the_json_schema(audited, name):
+    doc = json_report.to_dict(audited(name))
+    jsonschema.validate(doc, json_report.schema())
+    assert doc["stability"] and all(set(s) == {"source", "output", "scale", "status", "op_type", "op_name",
+                                                "detail"} for s in doc["stability"])
+
+
+def test_scales_outside_the_dtype_are_skipped():
+    from gradaudit.stability.probes import valid_scales
+
+    kept, skipped = valid_scales((0.0, 1e-30, 1e-3, 1e4, 1e5), [np.float16])
+    assert kept == [0.0, 1e-3, 1e4] and skipped == [1e-30, 1e5]
+    assert valid_scales((1e-30, 1e4), [np.float32]) == ([1e-30, 1e4], [])
+
+
+def test_unlocated_op_keeps_the_probe_verdict(tmp_path):
+    """Forensics cannot differentiate a frozen While loop: the finding stands, without an op, and says so."""
+    import tensorflow as tf
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+    from helpers import save_module
+
+    class NormInLoop(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            _, y = tf.while_loop(lambda i, h: i < 1, lambda i, h: (i + 1, tf.norm(x, axis=-1)),
+                                 (tf.constant(0), tf.zeros_like(x[:, 0])))
+            return {"y": y}
+
+    path = save_module(NormInLoop(), str(tmp_path / "norm_in_loop"))
+    r = audit_saved_model(path, AuditOptions(probe_scales=(0.0, 1.0)))
+    f = finding(r, "unstable-gradient")
+    assert f.op is None and "could not be located" in f.message
+    assert stability(r, "x", "y", 0.0).status == "nonfinite_gradient"
+    assert any("could not be located" in n for n in r.notes)
