@@ -1,0 +1,99 @@
+"""Execution safety: nothing of an unsafe model runs by default, the model folder is never written,
+and --timeout bounds the part that runs the model."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+
+import pytest
+import tensorflow as tf
+from click.testing import CliRunner
+
+from gradaudit.api import AuditOptions, audit_saved_model
+from gradaudit.cli import main
+from helpers import save_module
+
+
+def writer_model(path: str, target: str) -> str:
+    class Writer(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(2.0, name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+        def __call__(self, x):
+            tf.io.write_file(target, tf.strings.as_string(tf.reduce_sum(x)))
+            return {"y": x * self.w}
+
+    return save_module(Writer(), path)
+
+
+def test_unsafe_model_is_not_executed_unless_allowed(tmp_path):
+    target = tmp_path / "written.txt"
+    path = writer_model(str(tmp_path / "writer"), str(target))
+    report = audit_saved_model(path, AuditOptions())
+    assert [f.rule for f in report.findings if f.rule == "unsafe-op"] == ["unsafe-op"]
+    assert not report.numeric and not report.stability
+    assert any("unsafe ops present" in n for n in report.notes)
+    assert not target.exists()
+    report = audit_saved_model(path, AuditOptions(allow_unsafe_ops=True))
+    assert report.numeric and target.exists()  # the model really writes when it is run
+
+
+def tree_digest(root: str) -> dict[str, str]:
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            full = os.path.join(folder, name)
+            rel = os.path.relpath(full, root)
+            if os.path.isdir(full):
+                out[rel] = "dir"
+            else:
+                with open(full, "rb") as fh:
+                    out[rel] = hashlib.sha256(fh.read()).hexdigest() + f":{os.stat(full).st_mtime_ns}"
+    return out
+
+
+@pytest.mark.parametrize("name", ["log1pexp_custom", "cnn"])
+def test_full_run_never_writes_into_the_model(samples, tmp_path, name):
+    copy = str(tmp_path / name)
+    shutil.copytree(os.path.join(samples, name), copy)
+    before = tree_digest(copy)
+    for folder, _, files in os.walk(copy):  # read-only copy: root ignores the bits, the digest does not
+        for f in files:
+            os.chmod(os.path.join(folder, f), stat.S_IRUSR | stat.S_IRGRP)
+        os.chmod(folder, stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        result = CliRunner().invoke(main, [copy, "--order", "2", "--format", "json"])
+        assert result.exit_code in (0, 1), result.output
+        assert '"numeric": [' in result.stdout and '"status": "pass"' in result.stdout
+    finally:
+        for folder, _, _ in os.walk(copy):
+            os.chmod(folder, stat.S_IRWXU)
+    assert tree_digest(copy) == before
+
+
+def test_timeout_marks_the_checks_and_keeps_the_static_report(tmp_path):
+    class Slow(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(1.0, name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+        def __call__(self, x):
+            _, h = tf.while_loop(lambda i, h: i < 10**9, lambda i, h: (i + 1, tf.sin(h) * self.w), (0, x))
+            return {"y": h, "cls": tf.cast(tf.argmax(h), tf.float32)}
+
+    path = save_module(Slow(), str(tmp_path / "slow"))
+    report = audit_saved_model(path, AuditOptions(timeout=6.0))
+    assert {f.rule for f in report.findings} == {"zero-gradient"}  # the static part is intact
+    assert report.numeric and all(n.status == "error" and n.reason.startswith("timeout") for n in report.numeric)
+    assert {n.source for n in report.numeric} == {"x", "w"}
+    assert any("did not complete" in n for n in report.notes)
+
+
+def test_timeout_not_reached_gives_the_child_results(samples):
+    report = audit_saved_model(os.path.join(samples, "wrong_custom_gradient_2x"), AuditOptions(timeout=300.0))
+    assert [n.status for n in report.numeric if n.source == "x"] == ["fail"]
+    assert "gradient-mismatch" in {f.rule for f in report.findings}
