@@ -307,3 +307,19 @@ def no_gradient_model(path: str) -> str:
             return {"y": tf.raw_ops.Mod(x=x, y=tf.constant(3.0)) @ self.w + x @ self.w}
 
     return save(M(), path)
+
+
+def scalar_variable_model(path: str) -> str:
+    """A scalar (0-d) trainable variable next to a matrix one."""
+    rng = _rng(13)
+
+    class M(tf.Module):
+        def __init__(self):
+            self.scale = tf.Variable(1.5, name="scale")
+            self.w = _var(rng, (3, 2), "w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+        def __call__(self, x):
+            return {"y": tf.tanh(self.scale * x @ self.w)}
+
+    return save(M(), path)

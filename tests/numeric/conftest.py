@@ -36,6 +36,7 @@ def models(tmp_path_factory):
         "unknown_rank": builders.unknown_rank_model,
         "no_gradient": builders.no_gradient_model,
         "embedding": builders.embedding_model,
+        "scalar": builders.scalar_variable_model,
     }
 
     def get(name: str) -> str:

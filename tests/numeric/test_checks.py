@@ -112,6 +112,11 @@ def test_integer_inputs_are_not_sources_and_embeddings_pass(models):
     assert {(r.source, r.status) for r in outcome.results} == {("mask", "pass"), ("*", "pass")}
 
 
+def test_scalar_variable_is_checked(models):
+    outcome = audit(models("scalar"))
+    assert {(r.source, r.status) for r in outcome.results} == {("x", "pass"), ("*", "pass")}
+
+
 def test_fused_batch_norm_falls_back_to_float32(models):
     outcome = audit(models("fused"))
     assert {(r.status, r.dtype) for r in outcome.results} == {("pass", "float32")}

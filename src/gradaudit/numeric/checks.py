@@ -189,16 +189,20 @@ class Checker:
 
     def direction(self, value: np.ndarray, gradient: np.ndarray | None = None) -> np.ndarray:
         """A random direction scaled by the value's magnitude. Given the gradient, each component takes
-        the gradient's sign (a random one where it is zero): <g, v> has no cancellation, so a gradient
-        off by a constant factor shows its full relative error, and every component is still probed."""
+        the gradient's sign (a random one where it is zero) and a random size in [0.5, 1.5): <g, v> has no
+        cancellation, so a gradient off by a constant factor shows its full relative error, and every
+        component is still probed."""
         dtype = np.float64 if np.asarray(value).dtype == np.float64 else np.float32
-        r = self.rng.standard_normal(np.shape(value), dtype=dtype)
-        if gradient is not None:
-            signs = np.sign(gradient).astype(dtype)
-            zero = signs == 0
-            signs[zero] = np.sign(r[zero])
-            r = np.abs(r) * signs
-        return r * dtype(_rms(value) or 1.0)
+        scale = dtype(_rms(value) or 1.0)
+        shape = np.shape(value)
+        if gradient is None:
+            return np.asarray(self.rng.standard_normal(shape, dtype=dtype) * scale)
+        v = np.asarray(self.rng.random(shape, dtype=dtype) + dtype(0.5))
+        v = np.copysign(v, np.asarray(gradient, dtype=dtype))
+        zero = np.asarray(gradient == 0)
+        if zero.any():
+            v[zero] *= self.rng.choice(np.array([-1, 1], dtype=dtype), size=int(zero.sum()))
+        return v * scale
 
     def _balanced(self, group: Group, point: Point) -> dict[int, np.ndarray]:
         """Directions for the group's variables, weighted so that each variable contributes about as
@@ -206,7 +210,8 @@ class Checker:
         r = self.runner
         g = {i: _np(point.g_var[i]) for i in group.variables}
         raw = {i: self.direction(np.asarray(r.var_base[i]), g[i]) for i in group.variables}
-        size = {i: float(np.sum(np.abs(g[i] * raw[i]), dtype=np.float64)) if g[i] is not None else 0.0
+        # v follows g's signs, so |g v| summed is <|g|, |v|>: one dot product per variable.
+        size = {i: float(np.dot(np.abs(g[i]).ravel(), np.abs(raw[i]).ravel())) if g[i] is not None else 0.0
                 for i in group.variables}
         positive = [s for s in size.values() if s > 0]
         if len(raw) == 1 or not positive:
@@ -242,9 +247,9 @@ class Checker:
         r = self.runner
         terms = [(_np(point.g_in[n]), d) for n, d in in_dirs.items()]
         terms += [(_np(point.g_var[i]), d) for i, d in var_dirs.items()]
-        terms = [(g, d) for g, d in terms if g is not None]
-        autodiff = float(sum(np.sum(g * d, dtype=np.float64) for g, d in terms))
-        scale = float(sum(np.sum(np.abs(g * d), dtype=np.float64) for g, d in terms))
+        products = [g * d for g, d in terms if g is not None]
+        autodiff = float(sum(np.sum(p, dtype=np.float64) for p in products))
+        scale = float(sum(np.sum(np.abs(p), dtype=np.float64) for p in products))
         prepared = r.prepare(in_dirs, var_dirs, point.g_in, point.g_var)
         phi_norm = float(np.sqrt(sum(np.sum(np.square(u[o] * np.asarray(point.outputs[o], np.float64)))
                                      for o in u)))
@@ -354,7 +359,7 @@ class Checker:
             # a quantiser or a straight-through stop_gradient in the model, that is its surrogate.
             jumps = any(a.est.jumpy for a in attempts)
             rough = jumps or any(a.est.kinky for a in attempts)
-            ops = (self.s.op_types & QUANTISERS if rough else set()) | (self.s.op_types & STOPS if jumps else set())
+            ops = self.s.op_types & ((QUANTISERS if rough else frozenset()) | (STOPS if jumps else frozenset()))
             if ops:
                 self.findings.append(rules.SurrogateGradient.finding(
                     f"The forward pass from {self._describe(group)} to {said} jumps along random "
@@ -389,10 +394,11 @@ class Checker:
             return group.source
         return f"the {len(group.variables)} trainable variables"
 
+    def _variable_names(self, idx: list[int]) -> list[str]:
+        return [self.runner.var_names[i] for i in idx]
+
     def _sources(self, group: Group) -> tuple[str, ...]:
-        if group.inputs:
-            return tuple(group.inputs)
-        return tuple(self.runner.var_names[i] for i in group.variables)
+        return tuple(group.inputs) if group.inputs else tuple(self._variable_names(group.variables))
 
     def _report_failure(self, group: Group, attempts: list[Attempt], evaluations: int, u, result) -> None:
         failed = [a for a in attempts if a.kind == "fail"]
@@ -401,7 +407,7 @@ class Checker:
         if len(group.variables) > 1:
             culprits, spent = self._bisect(group, u, confirming)
             evaluations += spent
-        names = lambda idx: [self.runner.var_names[i] for i in idx]  # noqa: E731
+        names = self._variable_names
         pinned = [n for idx, _ in culprits for n in names(idx)]
         self.results.append(result("fail", f"pinned to {', '.join(pinned)}" if pinned else None,
                                     e=failed[0].est, evals=evaluations))
@@ -431,7 +437,7 @@ class Checker:
         suspects = self.s.custom_gradients
         hint = ""
         if suspects:
-            shown = ", ".join(f"{op.op_name} in {op.function}" for op in suspects[:3])
+            shown = ", ".join(f"{op.op_type} '{op.op_name}' in {op.function}" for op in suspects[:3])
             hint = f" The model's custom gradients: {shown}{', ...' if len(suspects) > 3 else ''}."
         self.findings.append(rules.GradientMismatch.finding(
             f"The gradient of {label} with respect to {where} disagrees with finite differences: relative "

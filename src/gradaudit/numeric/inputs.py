@@ -32,7 +32,8 @@ def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int
     """One array per signature input, in the input's own dtype.
 
     Floats are N(0, 1) (seeded), integers zeros (always valid indices), bools False, strings empty.
-    Arrays from `inputs_file` (an .npz keyed by signature input name) take precedence.
+    Arrays from `inputs_file` (an .npz keyed by signature input name) take precedence, and their first
+    dimension is the batch size of the others.
     """
     given: dict[str, np.ndarray] = {}
     if inputs_file:
@@ -45,6 +46,8 @@ def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int
         if unknown:
             raise InputError(f"--inputs {inputs_file} has arrays {unknown} that are not signature "
                              f"inputs ({sorted(specs)})")
+    # Real examples set the batch size of the inputs synthesised next to them.
+    batch_size = next((int(np.shape(v)[0]) for v in given.values() if np.ndim(v)), batch_size)
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     for name in sorted(specs):
@@ -62,7 +65,7 @@ def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int
             arrays[name] = rng.standard_normal(shape).astype(np_dtype)
         elif spec.dtype.is_bool:
             arrays[name] = np.zeros(shape, dtype=bool)
-        elif spec.dtype == "string":
+        elif spec.dtype.name == "string":
             arrays[name] = np.full(shape, b"", dtype=object)
         else:
             arrays[name] = np.zeros(shape, dtype=np_dtype)

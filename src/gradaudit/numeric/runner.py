@@ -18,7 +18,7 @@ from .upcast import write_float64_copy
 
 
 class ModelError(RuntimeError):
-    """The loaded model cannot run (stage "forward") or be differentiated (stage "gradient")."""
+    """The model cannot be loaded (stage "load"), run ("forward") or differentiated ("gradient")."""
 
     def __init__(self, message: str, stage: str):
         super().__init__(message)
@@ -39,7 +39,6 @@ def describe(exc: BaseException) -> str:
 class Loaded:
     obj: Any  # keep the loaded object alive while its functions are used
     fn: Any  # the signature's ConcreteFunction
-    dtype: str  # "float64" for the upcast copy, else "native"
     tmpdir: tempfile.TemporaryDirectory | None = None
 
     def close(self) -> None:
@@ -53,7 +52,7 @@ def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool) -> Loaded:
     tag_list = list(tags) if tags else None
     if not float64:
         obj = tf.saved_model.load(info.path, tags=tag_list)
-        return Loaded(obj, obj.signatures[info.signature], "native")
+        return Loaded(obj, obj.signatures[info.signature])
     tmp = tempfile.TemporaryDirectory(prefix="gradaudit-f64-")
     try:
         write_float64_copy(info, tmp.name)
@@ -69,7 +68,7 @@ def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool) -> Loaded:
     except BaseException:
         tmp.cleanup()
         raise
-    return Loaded(obj, fn, "float64", tmp)
+    return Loaded(obj, fn, tmp)
 
 
 def signature_variables(info: SavedModelInfo, fn) -> dict[str, Any]:

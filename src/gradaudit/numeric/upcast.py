@@ -1,4 +1,5 @@
-"""A float64 copy of a SavedModel: same graph, same custom gradients, every float32 (and float16/bfloat16) made float64.
+"""A float64 copy of a SavedModel: the same graph and custom gradients, with float32 (and float16,
+bfloat16) made float64.
 
 The rewrite works on the protobuf, so TensorFlow's own loader wires functions, captured tensors and the
 saved custom-gradient functions exactly as it does for the original; only the variable values come from
