@@ -67,6 +67,11 @@ def _may_execute(report: Report, options: AuditOptions) -> bool:
 
 
 def _finish(report: Report) -> Report:
+    from .rules.numeric import explain_mismatches
+
+    if report.numeric:
+        variables = {s.name for s in report.sources if s.kind == "variable"}
+        report.findings, report.numeric = explain_mismatches(report.findings, report.numeric, variables)
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
                                         f.op.op_name if f.op else "", f.message))
     return report

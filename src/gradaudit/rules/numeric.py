@@ -160,3 +160,43 @@ class UnrunnableModel:
 
 RULES: tuple[Rule, ...] = (GradientMismatch, Nondeterministic, SurrogateGradient, MissingGradient,
                            UnrunnableModel)
+
+
+# Static cuts that make TensorFlow's gradient differ from the forward's derivative on purpose (or
+# already reported as an error by the static pass).
+_CUT_RULES = {"stop-gradient", "zero-gradient", "not-differentiable", "integer-path", "py-function",
+              "no-gradient", "unknown-op"}
+
+
+def explain_mismatches(findings: list, numeric: list, variables: set[str]) -> tuple[list, list]:
+    """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
+    cut does: `y = f(x) + tf.stop_gradient(g(x))` has a gradient that leaves out g on purpose. Such a
+    mismatch becomes info, naming the cut; the numeric result keeps `fail` with the explanation."""
+    from dataclasses import replace
+
+    cuts = [f for f in findings if f.rule in _CUT_RULES and f.op is not None]
+
+    def cut_for(source: str, output: str):
+        for c in cuts:
+            src_ok = source in c.sources or (source == "*" and any(s in variables for s in c.sources))
+            out_ok = output == "*" or any(o in c.outputs for o in output.split(","))
+            if src_ok and out_ok:
+                return c
+        return None
+
+    out_findings = []
+    for f in findings:
+        cut = cut_for(f.sources[0], ",".join(f.outputs) or "*") if f.rule == "gradient-mismatch" and f.sources \
+            else None
+        if cut is not None:
+            f = replace(f, severity=Severity.INFO, message=f"{f.message.rstrip('.')}. Expected: {cut.op.op_type} "
+                        f"'{cut.op.op_name}' ({cut.rule}) cuts a path of this gradient on purpose or is "
+                        f"reported as {cut.code}")
+        out_findings.append(f)
+    out_numeric = []
+    for n in numeric:
+        cut = cut_for(n.source, n.output) if n.status == "fail" else None
+        if cut is not None:
+            n = replace(n, reason=f"expected: {cut.op.op_type} '{cut.op.op_name}' ({cut.rule}) cuts a path")
+        out_numeric.append(n)
+    return out_findings, out_numeric
