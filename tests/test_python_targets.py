@@ -112,3 +112,16 @@ def test_assert_differentiable():
     with pytest.raises(AssertionError, match="not a differentiable source"):
         assert_differentiable("example_models:scaler", wrt=["nope"], static_only=True)
     assert gradaudit.testing is not None
+
+
+def test_wrong_custom_gradient_in_python_function_is_caught_numerically():
+    r = audit("example_models:wrong_gradient")
+    check = next(n for n in r.numeric if n.source == "x")
+    assert check.status == "fail" and check.rel_error > 0.1
+    assert "gradient-mismatch" in {f.rule for f in r.findings} and not r.ok
+
+
+def test_healthy_keras_model_passes_numerically():
+    r = audit(example_models.make_mlp())
+    assert r.numeric and all(n.status == "pass" for n in r.numeric), r.numeric
+    assert r.ok

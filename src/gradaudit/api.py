@@ -180,8 +180,11 @@ def _run_numeric(report: Report, path: str, options: AuditOptions, key: str) -> 
 def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
     from .stability import DEFAULT_SCALES, StabilityOptions, run_stability
 
+    numeric = _numeric_options(options)
+    if not options.inputs_file:  # the ladder needs no batch: one example halves its cost on large models
+        numeric = replace(numeric, batch_size=1)
     outcome = run_stability(path, options.tags, key, analysis, StabilityOptions(
-        numeric=_numeric_options(options), scales=options.probe_scales or DEFAULT_SCALES, order=options.order))
+        numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order))
     report.stability.extend(outcome.results)
     report.numeric.extend(outcome.numeric)
     report.findings[:] = outcome.confirm(report.findings) + outcome.findings
