@@ -8,7 +8,7 @@ from . import hazards as _hazards
 from . import numeric as _numeric
 from . import safety as _safety
 
-ALL_RULES: tuple[Rule, ...] = (*_flow.RULES, *_numeric.RULES, *_safety.RULES, *_hazards.RULES)
+ALL_RULES: tuple[Rule, ...] = (*_flow.RULES, *_numeric.RULES, *_hazards.RULES, *_safety.RULES)
 
 # Static checks run on a finished StaticAnalysis (flow.py), each returning findings.
 STATIC_CHECKS = (_flow.check, _safety.check, _hazards.check)
