@@ -125,3 +125,15 @@ def test_healthy_keras_model_passes_numerically():
     r = audit(example_models.make_mlp())
     assert r.numeric and all(n.status == "pass" for n in r.numeric), r.numeric
     assert r.ok
+
+
+def test_console_script_imports_modules_of_the_working_folder():
+    import shutil
+    import subprocess
+
+    exe = shutil.which("gradaudit")
+    assert exe, "the gradaudit console script is installed by `pip install -e .`"
+    proc = subprocess.run([exe, "example_models:argmax_head", "--static-only", "--format", "json"], cwd=HERE,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["findings"][0]["rule"] == "zero-gradient"

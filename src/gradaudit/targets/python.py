@@ -53,6 +53,8 @@ def resolve(target: str) -> Any:
             sys.modules[name] = module
             spec.loader.exec_module(module)
         else:
+            if os.getcwd() not in sys.path and "" not in sys.path:
+                sys.path.insert(0, os.getcwd())  # like `python -m`: modules of the working folder import
             module = importlib.import_module(module_part)
     except GradauditError:
         raise
