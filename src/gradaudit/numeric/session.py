@@ -35,9 +35,9 @@ def _random_ops(op_types: frozenset[str]) -> list[str]:
     return sorted(found)
 
 
-class _Plan:
+class Plan:
     """Which inputs, variables and outputs take part, from the static pass's lists and flow. Built from
-    a SavedModel signature (`_Plan(info, ...)`) or from a function's specs (`_Plan.of_function`)."""
+    a SavedModel signature (`Plan(info, ...)`) or from a function's specs (`Plan.of_function`)."""
 
     def __init__(self, info: SavedModelInfo, sources: list[Source], outputs: list[Output], flow: list[FlowEntry]):
         import tensorflow as tf
@@ -52,7 +52,7 @@ class _Plan:
 
     @classmethod
     def of_function(cls, specs: dict[str, Any], out_dtypes: dict[str, Any], sources: list[Source],
-                    outputs: list[Output], flow: list[FlowEntry]) -> _Plan:
+                    outputs: list[Output], flow: list[FlowEntry]) -> Plan:
         plan = cls.__new__(cls)
         plan._setup(specs, out_dtypes, sources, outputs, flow)
         return plan
@@ -102,7 +102,7 @@ def _skipped(source: str, output: str, reason: str) -> NumericResult:
                          dtype=None, evaluations=0, reason=reason)
 
 
-def _point(plan: _Plan, options: NumericOptions) -> dict[str, np.ndarray] | NumericOutcome:
+def _point(plan: Plan, options: NumericOptions) -> dict[str, np.ndarray] | NumericOutcome:
     try:
         return synthesise(plan.specs, seed=options.seed, batch_size=options.batch_size, dim=options.dim,
                           shapes=options.shapes, inputs_file=options.inputs_file)
@@ -115,7 +115,7 @@ def run_session(model_dir: str, tags: tuple[str, ...], signature: str, sources: 
                 outputs: list[Output], flow: list[FlowEntry], options: NumericOptions,
                 progress: Callable[[str], None]) -> NumericOutcome:
     info = read_saved_model(model_dir, tags, signature)
-    plan = _Plan(info, sources, outputs, flow)
+    plan = Plan(info, sources, outputs, flow)
     point = _point(plan, options)
     if isinstance(point, NumericOutcome):
         return point
@@ -147,7 +147,7 @@ def run_function_session(fn, sources: list[Source], outputs: list[Output], flow:
     specs = {t.op.name: tf.TensorSpec(t.shape, t.dtype) for t in placeholders}
     flat = tf.nest.flatten(fn.structured_outputs)
     names = [o.name for o in outputs] if len(outputs) == len(flat) else [f"output_{i}" for i in range(len(flat))]
-    plan = _Plan.of_function(specs, {n: t.dtype for n, t in zip(names, flat)}, sources, outputs, flow)
+    plan = Plan.of_function(specs, {n: t.dtype for n, t in zip(names, flat)}, sources, outputs, flow)
     point = _point(plan, options)
     if isinstance(point, NumericOutcome):
         return point
@@ -180,7 +180,7 @@ class _Float64Failed(RuntimeError):
     """The float64 copy could not be loaded or run; the checks fall back to native precision."""
 
 
-def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: _Plan, point: dict[str, np.ndarray],
+def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: Plan, point: dict[str, np.ndarray],
                     options: NumericOptions, use64: bool, progress: Callable[[str], None]) -> NumericOutcome:
     progress("loading the model" + (" (float64 copy)" if use64 else ""))
     try:
@@ -199,7 +199,7 @@ def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: _Plan, po
         loaded.close()
 
 
-def _check(model: _Model, plan: _Plan, point: dict[str, np.ndarray], options: NumericOptions, use64: bool,
+def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: NumericOptions, use64: bool,
            progress: Callable[[str], None]) -> NumericOutcome:
     dtype = "float64" if use64 else plan.native
     results: list[NumericResult] = []
@@ -248,7 +248,7 @@ def _check(model: _Model, plan: _Plan, point: dict[str, np.ndarray], options: Nu
     return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
 
 
-def _model_error(exc: ModelError, groups: list[Group], plan: _Plan, dtype: str,
+def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
                  results: list[NumericResult], notes: list[str]) -> NumericOutcome:
     if exc.stage == "load":
         reason = f"the model cannot be loaded: {exc}"

@@ -60,14 +60,14 @@ def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcom
     from ..numeric.inputs import InputError, synthesise
     from ..numeric.runner import ModelError, load, signature_variables
     from ..numeric.savedmodel import read_saved_model
-    from ..numeric.session import _Plan
+    from ..numeric.session import Plan
     from ..rules.hazards import find_hazards
     from .probes import Prober, run_ladder
     from .second_order import run_second_order
     from .verdicts import ladder_findings
 
     info = read_saved_model(model_dir, tags, signature)
-    plan = _Plan(info, analysis.sources, analysis.outputs, analysis.flow)
+    plan = Plan(info, analysis.sources, analysis.outputs, analysis.flow)
     if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
         outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
         return
