@@ -137,3 +137,27 @@ def test_console_script_imports_modules_of_the_working_folder():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["findings"][0]["rule"] == "zero-gradient"
+
+
+@pytest.mark.parametrize("target,message", [
+    ("no_such_module_xyz:f", "module not found"),
+    ("example_models:missing", "has no attribute"),
+    ("example_models:answer", "cannot be audited"),
+    ("example_models:no_signature", "--input-spec"),
+])
+def test_cli_target_errors_exit_2_with_one_line(target, message, tmp_path):
+    from click.testing import CliRunner
+
+    from gradaudit.cli import main
+
+    result = CliRunner().invoke(main, [target, "--static-only"])
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+    inp = keras.Input((4,), name="x")
+    path = str(tmp_path / "lambda.keras")
+    keras.Model(inp, keras.layers.Lambda(lambda t: t * 2.0)(inp)).save(path)
+    result = CliRunner().invoke(main, [path, "--static-only"])
+    assert result.exit_code == 2 and "unsafe deserialisation" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
