@@ -116,14 +116,27 @@ def test_custom_gradient_replaces_a_cut_forward(tmp_path):
             def dead(v):  # a custom gradient that returns no gradient at all
                 return v * 2.0, lambda dy: tf.zeros_like(dy)
 
-            return {"y": rounded(x) * 3.0, "z": dead(x)}
+            @tf.custom_gradient
+            def ignores_dy(v):  # right derivative, but not multiplied by the incoming gradient
+                return tf.sin(v), lambda dy: tf.cos(v)
+
+            @tf.custom_gradient
+            def none(v):
+                return v * 2.0, lambda dy: None
+
+            return {"y": rounded(x) * 3.0, "z": dead(x), "w": ignores_dy(x), "n": none(x)}
 
     m = M()
     path = save_module(m, str(tmp_path / "cg"))
     r = audit_saved_model(path, AuditOptions(static_only=True))
     assert "zero-gradient" not in rules_of(r)
     assert flow(r, "x", "y").status == "connected"
-    assert flow(r, "x", "z").status == "blocked"  # zeros_like(dy) does not depend on dy
+    for out in ("z", "w", "n"):  # zeros_like(dy), cos(x) and None do not depend on dy
+        assert flow(r, "x", out).status == "blocked"
+        assert [c.rule for c in flow(r, "x", out).blocked_by] == ["custom-gradient"]
+    dead = [f for f in r.findings if f.rule == "custom-gradient" and f.severity.value == "error"]
+    assert sorted(o for f in dead for o in f.outputs) == ["n", "w", "z"]
+    assert all("ignores the incoming gradient" in f.message for f in dead)
 
     unsaved = str(tmp_path / "cg_unsaved")
     tf.saved_model.save(m, unsaved, signatures={"serving_default": m.__call__},

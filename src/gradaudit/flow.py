@@ -197,12 +197,20 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
     cuts: dict[OpRef, OpCut] = {}
     tiers: dict[tuple[int, int], list[list[OpNode]]] = {}
     for op_id, node in g.ops.items():
-        if node.custom_gradient and node.custom_gradient_saved:
-            continue
         src = 0
-        for t, f in node.inputs:
-            if f & VALUE and not f & GRAD and carries_gradient(g.dtype[t]):  # shape reads are no cut
-                src |= G[t]
+        if node.custom_gradient and node.custom_gradient_saved:
+            # The saved gradient function decides; it cuts where it gives an argument no gradient
+            # although the output's value depends on that argument's sources.
+            value = 0
+            for t, f in node.inputs:
+                if f & VALUE:
+                    value |= F[t]
+            for t in node.dead_inputs:
+                src |= G[t] & value
+        else:
+            for t, f in node.inputs:
+                if f & VALUE and not f & GRAD and carries_gradient(g.dtype[t]):  # shape reads are no cut
+                    src |= G[t]
         if G[op_id] and node.outputs and not any(carries_gradient(g.dtype[o]) for o in node.outputs):
             src |= G[op_id]  # a gradient enters, but no output can carry one back: a dead end
         if not src:

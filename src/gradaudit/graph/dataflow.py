@@ -37,6 +37,9 @@ class OpNode:
     grad_kind: GradKind | None  # None for ops with a custom gradient or an unknown type
     custom_gradient: str | None = None  # gradient_op_type when the op's gradient is overridden
     custom_gradient_saved: bool = True
+    # inputs a saved custom gradient gives no gradient for this output (None, zeros, or a value that
+    # does not depend on the incoming gradient)
+    dead_inputs: tuple[int, ...] = ()
     known: bool = True
 
 
@@ -324,12 +327,18 @@ class DataflowBuilder:
             flags = {t: 0 for t in inputs}
             for t in ([inputs[k]] if identity and k < n_in else inputs):
                 flags[t] |= VALUE
+            dead = []
             if deps is not None and k < len(deps):
                 n_ret = len(deps[k])
+                if n_ret == 0:  # the gradient function returns nothing: no input gets a gradient
+                    dead = [t for i, t in enumerate(inputs) if i != k and carries_gradient(g.dtype[t])]
                 for j, dep in enumerate(deps[k]):
                     idx = n_in - n_ret + j
-                    if dep and 0 <= idx < n_in and carries_gradient(g.dtype[inputs[idx]]):
-                        flags[inputs[idx]] |= GRAD
+                    if 0 <= idx < n_in and carries_gradient(g.dtype[inputs[idx]]):
+                        if dep:
+                            flags[inputs[idx]] |= GRAD
+                        else:
+                            dead.append(inputs[idx])
             elif saved:  # saved but not analysable: assume every float input gets a gradient
                 for t in inputs:
                     if carries_gradient(g.dtype[t]):
@@ -338,8 +347,8 @@ class DataflowBuilder:
                 g.edge(t, pseudo, f)
             g.edge(pseudo, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
             g.producer[o] = pseudo
-            g.ops[pseudo] = OpNode(ref, list(flags.items()), [o], None,
-                                   custom_gradient=gradient_op_type, custom_gradient_saved=saved)
+            g.ops[pseudo] = OpNode(ref, list(flags.items()), [o], None, custom_gradient=gradient_op_type,
+                                   custom_gradient_saved=saved, dead_inputs=tuple(dead))
 
 
 class GradFnAnalyzer:

@@ -332,13 +332,16 @@ class Checker:
             elif len(attempts) > 1:
                 reason = (f"passed at a nearby point; along {len(attempts) - 1} earlier line(s) the "
                           f"difference quotients did not settle (kinks)")
-            if est.scale == 0.0:
-                reason = "gradient and finite differences are both zero at the checked point"
+            status = "pass"
+            if est.scale == 0.0:  # nothing was compared: say so rather than pass
+                status = "inconclusive"
+                reason = ("gradient and finite differences are both zero at the checked point (synthesised "
+                          "inputs may mask everything out; give real examples with --inputs)")
                 if self._missing(group, attempts[-1].point):
                     self.notes.append(
                         f"{group.source}: the static pass found a gradient path to {said}; TensorFlow "
                         f"returns no gradient and the outputs do not move with it at the checked point.")
-            self.results.append(result("pass", reason))
+            self.results.append(result(status, reason))
         elif kinds.count("surrogate") == 2 or (
                 "surrogate" in kinds and "fail" not in kinds and self.s.op_types & (QUANTISERS | STOPS)):
             # Confirmed twice, or once where the model holds the ops straight-through estimators use.

@@ -256,6 +256,9 @@ _REASONS = {
     "stop-gradient": "{t} (tf.stop_gradient) stops the gradient",
     "custom-gradient": "the custom gradient {cg} of {t} was not saved with the model: differentiating "
                        "the loaded model raises LookupError",
+    "custom-gradient-dead": "the custom gradient {cg} of {t} (saved as {fn}) returns, for an input this "
+                            "output depends on, None, zeros or a value that ignores the incoming gradient "
+                            "dy: that gradient is always zero or wrong",
     "unknown-op": "op type {t} is not registered in this TensorFlow",
 }
 
@@ -283,14 +286,19 @@ def check(analysis) -> list:
         srcs = analysis.source_names(sum({1 << i for i, _ in pairs}))
         outs = analysis.output_names(sum({1 << j for _, j in pairs}))
         out_dtypes = {dtype_name(g.dtype[o]) for o in cut.node.outputs if not carries_gradient(g.dtype[o])}
-        reason = _REASONS[cut.rule].format(t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer",
-                                           cg=cut.node.custom_gradient)
+        dead = cut.rule == "custom-gradient" and cut.node.custom_gradient_saved
+        reason = _REASONS["custom-gradient-dead" if dead else cut.rule].format(
+            t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
+            fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"))
         how = ("cuts the gradient" if cut.blocked_pairs else
-               "cuts one path of the gradient (other paths still carry one)")
+               "cuts one path of the gradient (other paths may still carry one)")
         msg = f"{where(ref)}: {reason}; it {how} from {_names(srcs)} to {_names(outs)}"
         rule_ = by_slug[cut.rule]
         severity = Severity.ERROR if cut.rule == "custom-gradient" else None
-        findings.append(rule_.finding(msg, op=ref, sources=srcs, outputs=outs, severity=severity))
+        fix = ("Make the gradient function return dy times the derivative for every input the output "
+               "depends on (dy * f'(x)); return a zero gradient only through tf.stop_gradient in the "
+               "forward pass.") if dead else None
+        findings.append(rule_.finding(msg, op=ref, sources=srcs, outputs=outs, severity=severity, fix=fix))
         reported.add((cut.rule, ref))
 
     for node in g.ops.values():
@@ -319,7 +327,9 @@ def check(analysis) -> list:
                 findings.append(CustomGradient.finding(
                     f"{where(ref)}: custom gradient {node.custom_gradient} replaces the op's gradient "
                     f"(saved as {analysis.gradient_functions.get(node.custom_gradient, '?')}); check it numerically", op=ref,
-                    sources=analysis.source_names(src), outputs=analysis.output_names(out)))
+                    sources=analysis.source_names(src), outputs=analysis.output_names(out),
+                    fix="Nothing to do if the numeric checks pass: they compare it with finite differences "
+                        "(use --order 2 for its second derivative)."))
                 reported.add(("custom-gradient", ref))
 
     out_value = 0
