@@ -157,3 +157,10 @@ def test_all_signatures_and_saved_functions(tmp_path, static_report):
     r = audit_saved_model(path, AuditOptions(static_only=True, signature=fn))
     assert {s.name for s in r.sources} == {"x", "v"}
     assert {f.rule for f in r.findings} == {"zero-gradient"}
+
+
+def test_moments_stop_gradient_is_not_reported(tmp_path):
+    r = audit_fn(tmp_path, "moments", lambda m, x: {"y": tf.nn.moments(x, axes=[1])[1]})
+    assert status(r, "x").status == "connected" and not r.findings
+    r = audit_fn(tmp_path, "plain", lambda m, x: {"y": x * 2.0 + tf.stop_gradient(x)})
+    assert [f.rule for f in r.findings] == ["stop-gradient"]

@@ -88,7 +88,10 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
         raise GradauditError(f"{path}: malformed model ({exc.__class__.__name__}: {exc})") from None
     report, analysis = _static_report(model, sig, Target(os.path.abspath(path), "saved_model", key,
                                                          tuple(options.tags)))
-    if _may_execute(report, options):
+    if sig.function is not None and not options.static_only:
+        report.notes.append(f"numeric checks and probes run on signatures; {key!r} is a saved function of a "
+                            "model without signatures, so only the static pass ran")
+    elif _may_execute(report, options):
         if options.timeout:
             _execute_isolated(report, path, options, key)
         else:
@@ -139,6 +142,11 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
     report, _ = _static_report(model, sig, Target(label, traced.kind, None, ()))
     if _may_execute(report, options):
         _run_numeric_traced(report, traced, options)
+        skipped = [what for what, on in (("stability probes", True), ("--order 2", options.order >= 2),
+                                         ("--timeout", bool(options.timeout))) if on]
+        report.notes.append(f"{', '.join(skipped)}: not available for {traced.kind} targets yet (they run on "
+                            "SavedModels); export the model with tf.saved_model.save or model.export to "
+                            "run them")
     return _finish(report)
 
 

@@ -43,15 +43,13 @@ def find_models(paths: Sequence[str], recursive: bool = False) -> list[str]:
     for path in paths:
         if os.path.basename(os.path.normpath(path)) in GRAPH_FILES and os.path.isfile(path):
             path = os.path.dirname(path) or "."
-        if os.path.isdir(path) and not is_saved_model(path):
-            if not recursive:
-                raise GradauditError(f"{path}: not a SavedModel (no saved_model.pb inside); use --recursive "
-                                     "to audit the SavedModels under it")
+        if os.path.isdir(path) and not is_saved_model(path) and recursive:
             inside = _search(path)
             if not inside:
                 raise GradauditError(f"{path}: no SavedModel found under it")
         else:
-            inside = [path]  # a missing path is reported by the audit, with the other models' results
+            inside = [path]  # a missing path or a folder that is not a SavedModel is reported by the
+            # audit, with the other models' results
         for p in inside:
             found.setdefault(os.path.realpath(p), p)
     return list(found.values())

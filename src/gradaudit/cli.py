@@ -15,8 +15,12 @@ FAIL_ON = ("error", "warning", "info", "never")
 
 
 def _fail(message: str, debug: bool) -> None:
+    """One line and exit 2; with --debug the traceback first, and still exit 2 (never 1, which means
+    findings)."""
     if debug:
-        raise
+        import traceback
+
+        traceback.print_exc()
     click.echo(f"gradaudit: error: {message}", err=True)
     sys.exit(EXIT_ERROR)
 

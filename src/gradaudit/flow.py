@@ -31,7 +31,8 @@ class StaticAnalysis:
     sources: list[Source]
     outputs: list[Output]
     source_tensor: dict[int, int]  # index in `sources` -> tensor id (differentiable sources only)
-    output_tensor: dict[int, int]  # index in `outputs` -> tensor id
+    output_tensor: dict[int, int]  # index in `outputs` -> tensor id (float outputs: gradient targets)
+    other_output_tensor: dict[int, int]  # index in `outputs` -> tensor id (integer, bool, string outputs)
     reach_value: list[int]  # F: sources reaching each node by value
     reach_grad: list[int]  # G: sources reaching each node along gradient-carrying edges
     to_output_value: list[int]  # B: outputs each node reaches by value
@@ -105,6 +106,13 @@ def _value_to_outputs(g: Dataflow, order, to_out: list[int]) -> list[int]:
     return masks
 
 
+def _exact_stop(node: OpNode) -> bool:
+    """tf.nn.moments (batch and layer normalisation) computes the variance around stop_gradient(mean):
+    the variance's derivative with respect to its mean is zero there, so that cut changes no gradient
+    and reporting it on every normalised model would be noise."""
+    return node.ref.op_type == "StopGradient" and node.ref.op_name.endswith("moments/StopGradient")
+
+
 def _shadowed(g: Dataflow, tiers, output_tensor: dict[int, int]) -> set[tuple[int, int]]:
     """(id(op), output) for candidate cuts whose every forward path to the output runs through another
     candidate of that output: Keras' argmax, say, checks for -0.0 with Equal and Bitcast before
@@ -173,6 +181,7 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
             sources.append(Source(v.name, "variable", dtype_name(v.dtype), v.shape, is_float(v.dtype)))
     outputs = [Output(o.name, dtype_name(o.dtype), o.shape) for o in sig.outputs]
     output_tensor = {j: tensor(o.tensor) for j, o in enumerate(sig.outputs) if is_float(o.dtype)}
+    other_output_tensor = {j: tensor(o.tensor) for j, o in enumerate(sig.outputs) if j not in output_tensor}
 
     order = topological_order(g)
     seeds = {t: 1 << i for i, t in source_tensor.items()}
@@ -207,7 +216,7 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
                     value |= F[t]
             for t in node.dead_inputs:
                 src |= G[t] & value
-        else:
+        elif not _exact_stop(node):
             for t, f in node.inputs:
                 if f & VALUE and not f & GRAD and carries_gradient(g.dtype[t]):  # shape reads are no cut
                     src |= G[t]
@@ -246,6 +255,7 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
 
     captured = {v.name for v in sig.variables.values()}
     uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]
-    return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, F, G, B, C, flow, cuts,
+    return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, other_output_tensor, F, G, B, C,
+                          flow, cuts,
                           list({v.name: v for v in uncaptured}.values()), model.library.registered_gradients,
                           model, sig)

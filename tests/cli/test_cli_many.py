@@ -28,7 +28,7 @@ def test_recursive_finds_models_but_not_in_hidden_folders(tree, monkeypatch):
 
 def test_a_folder_without_recursive_or_without_models_is_exit_2(tree, tmp_path):
     result = run(tree, "--static-only")
-    assert result.exit_code == 2 and "use --recursive" in result.stderr
+    assert result.exit_code == 2 and "--recursive" in result.stderr
     assert len(result.stderr.splitlines()) == 1
     empty = tmp_path / "empty"
     (empty / "sub").mkdir(parents=True)
@@ -89,3 +89,12 @@ def test_the_console_script(argmax):
     result = json.loads(done.stdout)["runs"][0]["results"][0]
     assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \
         "sample_models/classifier_argmax/saved_model.pb"
+
+
+def test_a_folder_that_is_not_a_model_is_reported_beside_the_others(mlp, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, doc = run_json(mlp, empty)
+    assert code == 2
+    assert [os.path.basename(r["target"]["path"]) for r in doc["reports"]] == ["mlp"]
+    assert doc["errors"][0]["path"] == str(empty) and "not a SavedModel" in doc["errors"][0]["error"]

@@ -338,9 +338,12 @@ def check(analysis) -> list:
     for i, t in analysis.source_tensor.items():
         src = analysis.sources[i]
         if src.kind == "variable" and not out_value >> i & 1:
+            others = [analysis.outputs[j] for j, o in analysis.other_output_tensor.items()
+                      if analysis.reach_value[o] >> i & 1]
+            where_to = (f"reaches only {', '.join(f'{o.name} ({o.dtype})' for o in others)}, which carries no "
+                        "gradient" if others else "reaches no output of the signature")
             findings.append(DisconnectedSource.finding(
-                f"trainable variable {src.name} reaches no output of the signature: it never gets a gradient",
-                sources=[src.name]))
+                f"trainable variable {src.name} {where_to}: it never gets a gradient", sources=[src.name]))
     for v in analysis.uncaptured_trainable:
         findings.append(DisconnectedSource.finding(
             f"trainable variable {v.name} is not used by the audited signature: it never gets a gradient "

@@ -91,7 +91,8 @@ class SavedModelFile:
                 with open(pbtxt, encoding="utf-8") as f:
                     text_format.Parse(f.read(), sm)
             else:
-                raise GradauditError(f"{path}: not a SavedModel (no saved_model.pb inside)")
+                raise GradauditError(f"{path}: not a SavedModel (no saved_model.pb inside; --recursive "
+                                     "searches a folder for SavedModels)")
         except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
             raise GradauditError(f"{path}: saved_model.pb cannot be parsed ({exc.__class__.__name__}: "
                                  f"{str(exc).splitlines()[0] if str(exc) else 'corrupt protobuf'})") from None
@@ -143,7 +144,7 @@ class SavedModelFile:
         funcs = self.saved_functions()
         hint = (f"pass --signature with one of its saved functions: {', '.join(funcs)}" if funcs
                 else "it has no saved functions either")
-        raise GradauditError(f"this model has no signatures; {hint}")
+        raise GradauditError(f"{self.path}: this model has no signatures; {hint}")
 
     def _variable_of_object(self, node_id: int) -> VariableInfo | None:
         if 0 <= node_id < len(self.object_graph.nodes):
