@@ -146,3 +146,15 @@ def test_version_rules_explain(runner):
     assert code == 0 and "no-gradient" in out
     code, _, err = run(runner, "explain", "GA999")
     assert code == 2 and "no rule" in err
+
+
+def test_inputs_that_do_not_fit_the_signature_exit_2(runner, samples, tmp_path):
+    import numpy as np
+
+    model = os.path.join(samples, "classifier_argmax")
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros((2, 7), np.float32))
+    code, out, err = run(runner, model, "--inputs", str(bad))
+    assert code == 2 and out == "" and "shape [2, 7]" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(runner, model, "--shape", "nope=1,2")
+    assert code == 2 and "not inputs of the signature" in err

@@ -55,6 +55,27 @@ def _static_report(model, sig, target: Target) -> tuple[Report, object]:
     return report, analysis
 
 
+def _check_inputs(sig, options: AuditOptions) -> None:
+    """--inputs and --shape that do not fit the signature are usage errors (exit 2), found before the
+    model is loaded."""
+    if not (options.inputs_file or options.shapes):
+        return
+    import tensorflow as tf
+
+    from .numeric.inputs import InputError, synthesise
+
+    specs = {s.name: tf.TensorSpec(s.shape, tf.dtypes.as_dtype(s.dtype)) for s in sig.inputs}
+    unknown = sorted(set(options.shapes) - set(specs))
+    if unknown:
+        raise GradauditError(f"--shape names {', '.join(unknown)}, not inputs of the signature "
+                             f"({', '.join(sorted(specs))})")
+    try:
+        synthesise(specs, seed=options.seed, batch_size=options.batch_size, dim=options.dim,
+                   shapes=options.shapes, inputs_file=options.inputs_file)
+    except InputError as exc:
+        raise GradauditError(str(exc)) from None
+
+
 def _may_execute(report: Report, options: AuditOptions) -> bool:
     """Nothing of a model with unsafe ops runs unless the user says so."""
     if options.static_only:
@@ -88,6 +109,8 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
         raise GradauditError(f"{path}: malformed model ({exc.__class__.__name__}: {exc})") from None
     report, analysis = _static_report(model, sig, Target(os.path.abspath(path), "saved_model", key,
                                                          tuple(options.tags)))
+    if not options.static_only:
+        _check_inputs(sig, options)
     if sig.function is not None and not options.static_only:
         report.notes.append(f"numeric checks and probes run on signatures; {key!r} is a saved function of a "
                             "model without signatures, so only the static pass ran")
@@ -140,6 +163,8 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
     model = TracedModel(traced)
     sig = model.signature()
     report, _ = _static_report(model, sig, Target(label, traced.kind, None, ()))
+    if not options.static_only:
+        _check_inputs(sig, options)
     if _may_execute(report, options):
         _run_numeric_traced(report, traced, options)
         skipped = [what for what, on in (("stability probes", True), ("--order 2", options.order >= 2),
