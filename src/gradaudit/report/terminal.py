@@ -116,14 +116,26 @@ def _stability_table(report: Report) -> RenderableType:
     for sc in scales:
         table.add_column(f"{sc:g}")
     cells = {(s.source, s.output, s.scale): s for s in report.stability}
+    expected = False
     for src, out in dict.fromkeys((s.source, s.output) for s in report.stability):
         row = []
         for sc in scales:
             s = cells.get((src, out, sc))
-            row.append(Text("") if s is None else Text("ok", style="green") if s.status == "ok" else
-                       Text("NaN/Inf grad" if s.status == "nonfinite_gradient" else "NaN/Inf fwd",
-                            style="bold red" if s.status == "nonfinite_gradient" else "yellow"))
+            if s is None:
+                row.append(Text(""))
+            elif s.status == "ok":
+                row.append(Text("ok", style="green"))
+            elif (s.detail or "").endswith("not reported"):  # true value beyond range, or no value at all
+                expected = True
+                row.append(Text("inf/nan (true)", style="dim"))
+            else:
+                row.append(Text("NaN/Inf grad" if s.status == "nonfinite_gradient" else "NaN/Inf fwd",
+                                style="bold red" if s.status == "nonfinite_gradient" else "yellow"))
         table.add_row(f"{src} -> {out}", *row)
+    if expected:
+        table.caption = ("inf/nan (true): non-finite in float64 as well, or the true value is beyond the "
+                         "dtype's range; not a finding")
+        table.caption_justify = "left"
     return table
 
 
