@@ -115,6 +115,7 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
         report.notes.append(f"numeric checks and probes run on signatures; {key!r} is a saved function of a "
                             "model without signatures, so only the static pass ran")
     elif _may_execute(report, options):
+        report.seed = options.seed
         if options.timeout:
             _execute_isolated(report, path, options, key)
         else:

@@ -142,8 +142,9 @@ def _stability_table(report: Report) -> RenderableType:
 def renderables(report: Report, fail_on: str = "error") -> list[RenderableType]:
     t = report.target
     parts: list[RenderableType] = [
-        Text.assemble(("gradaudit ", "bold"), t.path, f"  ({t.kind}, signature {t.signature}, "
-                      f"tags {','.join(t.tags) or '-'})"),
+        Text.assemble(("gradaudit ", "bold"), t.path,
+                      f"  ({t.kind}, " + (f"signature {t.signature}, " if t.signature else "")
+                      + f"tags {','.join(t.tags) or '-'})"),
         _sources_table(report),
     ]
     if report.flow:

@@ -257,8 +257,9 @@ class SecondOrderMismatch:
 
 
 @rule("GA321", "second-order-unavailable", Severity.WARNING,
-      fix="Check the custom gradients of the model: a gradient function that TensorFlow cannot "
-          "differentiate again needs its own tf.custom_gradient or a rewrite with differentiable ops.")
+      fix="Read TensorFlow's reason in the message: a custom gradient that cannot be differentiated again "
+          "needs its own tf.custom_gradient; a loaded While loop or other construct TensorFlow cannot "
+          "differentiate twice after loading is better checked on the Python function before export.")
 class SecondOrderUnavailable:
     """TensorFlow cannot build the second-order gradient of the loaded model (`--order 2`).
 
