@@ -50,14 +50,16 @@ class StaticAnalysis:
     def output_names(self, mask: int) -> list[str]:
         return [self.outputs[j].name for j in self.output_tensor if mask >> j & 1]
 
-    def op_masks(self, node: OpNode) -> tuple[int, int]:
-        """(sources reaching the op by value, outputs its results reach by value)."""
+    def op_masks(self, node: OpNode, grad: bool = False) -> tuple[int, int]:
+        """(sources reaching the op, outputs its results reach): by value, or along gradient edges."""
+        reach, to_output = (self.reach_grad, self.to_output_grad) if grad else (self.reach_value,
+                                                                                  self.to_output_value)
         src = 0
         for t, _ in node.inputs:
-            src |= self.reach_value[t]
+            src |= reach[t]
         out = 0
         for o in node.outputs:
-            out |= self.to_output_value[o]
+            out |= to_output[o]
         return src, out
 
 

@@ -317,16 +317,12 @@ def check(analysis) -> list:
                 "treated as cut", op=ref, sources=analysis.source_names(src), outputs=analysis.output_names(out)))
             reported.add(("unknown-op", ref))
         elif node.custom_gradient and node.custom_gradient_saved and ("custom-gradient", ref) not in reported:
-            src = 0
-            for t, _ in node.inputs:
-                src |= analysis.reach_grad[t]
-            out = 0
-            for o in node.outputs:
-                out |= analysis.to_output_grad[o]
+            src, out = analysis.op_masks(node, grad=True)
             if src and out:
                 findings.append(CustomGradient.finding(
                     f"{where(ref)}: custom gradient {node.custom_gradient} replaces the op's gradient "
-                    f"(saved as {analysis.gradient_functions.get(node.custom_gradient, '?')}); check it numerically", op=ref,
+                    f"(saved as {analysis.gradient_functions.get(node.custom_gradient, '?')}); check it "
+                    "numerically", op=ref,
                     sources=analysis.source_names(src), outputs=analysis.output_names(out),
                     fix="Nothing to do if the numeric checks pass: they compare it with finite differences "
                         "(use --order 2 for its second derivative)."))
