@@ -127,14 +127,14 @@ def _stability_table(report: Report) -> RenderableType:
                 row.append(Text("ok", style="green"))
             elif (s.detail or "").endswith("not reported"):  # true value beyond range, or no value at all
                 expected = True
-                row.append(Text("inf/nan (true)", style="dim"))
+                row.append(Text("inf/nan, not judged", style="dim"))
             else:
                 row.append(Text("NaN/Inf grad" if s.status == "nonfinite_gradient" else "NaN/Inf fwd",
                                 style="bold red" if s.status == "nonfinite_gradient" else "yellow"))
         table.add_row(f"{src} -> {out}", *row)
     if expected:
-        table.caption = ("inf/nan (true): non-finite in float64 as well, or the true value is beyond the "
-                         "dtype's range; not a finding")
+        table.caption = ("inf/nan, not judged: non-finite in the float64 reference as well, or a true value "
+                         "beyond the dtype's range; not a finding by itself (see the JSON detail)")
         table.caption_justify = "left"
     return table
 
