@@ -56,3 +56,13 @@ class Scaler(tf.Module):
 scaler = Scaler()
 concrete = argmax_head.get_concrete_function()
 answer = 42
+
+
+@tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+def log1pexp_naive(x):
+    return tf.math.log(1.0 + tf.exp(x))
+
+
+def make_log_sigmoid_model():
+    inp = keras.Input((3,), name="x")
+    return keras.Model(inp, keras.ops.log(keras.ops.sigmoid(keras.layers.Dense(2, name="d")(inp))))

@@ -161,3 +161,14 @@ def test_cli_target_errors_exit_2_with_one_line(target, message, tmp_path):
     result = CliRunner().invoke(main, [path, "--static-only"])
     assert result.exit_code == 2 and "unsafe deserialisation" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_python_targets_get_the_stability_probes():
+    r = audit("example_models:log1pexp_naive")
+    lint = next(f for f in r.findings if f.rule == "log1p-exp")
+    assert lint.severity.value == "error" and "Confirmed by the stability probes" in lint.message
+    assert "nonfinite-forward" in {f.rule for f in r.findings}
+    assert {(s.source, s.output) for s in r.stability} == {("x", "output_0")}
+    keras_report = audit(example_models.make_log_sigmoid_model())
+    outputs = {o.name for o in keras_report.outputs}
+    assert keras_report.stability and {s.output for s in keras_report.stability} <= outputs | {"*"}

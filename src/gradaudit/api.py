@@ -168,12 +168,69 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
         _check_inputs(sig, options)
     if _may_execute(report, options):
         _run_numeric_traced(report, traced, options)
-        skipped = [what for what, on in (("stability probes", True), ("--order 2", options.order >= 2),
-                                         ("--timeout", bool(options.timeout))) if on]
-        report.notes.append(f"{', '.join(skipped)}: not available for {traced.kind} targets yet (they run on "
-                            "SavedModels); export the model with tf.saved_model.save or model.export to "
-                            "run them")
+        _probe_traced(report, traced, options)
+        if options.timeout:
+            report.notes.append(f"--timeout applies to SavedModels; this {traced.kind} target ran in-process")
     return _finish(report)
+
+
+_STABILITY_RULES = {"unstable-gradient", "nonfinite-forward", "second-order-mismatch", "second-order-unavailable"}
+
+
+def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
+    """Stability probes and --order 2 run on a SavedModel: the traced function is saved to a temporary
+    folder (with its custom gradients) and probed there; results come back under this report's names."""
+    import tempfile
+
+    import tensorflow as tf
+
+    from .targets.saved_model import SavedModelFile
+
+    with tempfile.TemporaryDirectory(prefix="gradaudit-traced-") as tmp:
+        holder = tf.Module()
+        holder.captured = list(traced.fn.variables)
+        try:
+            tf.saved_model.save(holder, tmp, signatures={"serving_default": traced.fn},
+                                options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+            model = SavedModelFile(tmp)
+            sig = model.signature("serving_default")
+            copy, analysis = _static_report(model, sig, Target(tmp, "saved_model", "serving_default", ("serve",)))
+        except Exception as exc:  # noqa: BLE001 - a function TensorFlow cannot save is not probed
+            report.notes.append(f"stability probes not run: the traced function cannot be saved for them "
+                                f"({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+            return
+        _run_stability(copy, analysis, tmp, options, "serving_default")
+    rename = _names_from_copy(copy, report)
+
+    def renamed(item):
+        if hasattr(item, "sources"):
+            fields = {"sources": tuple(rename.get(n, n) for n in item.sources),
+                      "outputs": tuple(rename.get(n, n) for n in item.outputs)}
+        else:
+            fields = {"source": rename.get(item.source, item.source), "output": rename.get(item.output, item.output)}
+        return replace(item, **fields)
+
+    report.stability.extend(renamed(s) for s in copy.stability)
+    report.numeric.extend(renamed(n) for n in copy.numeric if (n.reason or "").startswith("order 2"))
+    # hazard lints (GA30x) the probes confirmed are errors in the copy: take those versions
+    confirmed = {(f.rule, f.op.op_name): f for f in copy.findings
+                 if f.op and f.code.startswith("GA30") and f.severity.value == "error"}
+    report.findings[:] = [renamed(confirmed[f.rule, f.op.op_name]) if f.op and (f.rule, f.op.op_name) in confirmed
+                          else f for f in report.findings]
+    report.findings.extend(renamed(f) for f in copy.findings if f.rule in _STABILITY_RULES)
+    report.notes.extend(n for n in copy.notes if n.startswith(("Stability", "stability")))
+
+
+def _names_from_copy(copy: Report, report: Report) -> dict[str, str]:
+    """The saved copy names inputs and variables as the traced graph does; a Keras model's outputs are
+    output_0, output_1, ... there, in the traced function's flat order."""
+    ours = [o.name for o in report.outputs]
+    theirs = [o.name for o in copy.outputs]
+    if sorted(ours) == sorted(theirs):
+        return {}
+    if len(ours) == len(theirs) and all(t.startswith("output_") and t[7:].isdigit() for t in theirs):
+        return {t: ours[int(t[7:])] for t in theirs if int(t[7:]) < len(ours)}
+    return {}
 
 
 def _run_numeric_traced(report: Report, traced, options: AuditOptions) -> None:
