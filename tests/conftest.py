@@ -25,8 +25,8 @@ def samples(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def static_report(samples):
-    """static_report(name) -> Report of the static pass on that sample model (cached)."""
+def audited(samples):
+    """audited(name, **AuditOptions fields) -> Report of the whole audit of that sample model (cached)."""
     from gradaudit.api import AuditOptions, audit_saved_model
 
     cache = {}
@@ -34,8 +34,13 @@ def static_report(samples):
     def get(name: str, **options):
         key = (name, tuple(sorted(options.items())))
         if key not in cache:
-            cache[key] = audit_saved_model(os.path.join(samples, name), AuditOptions(static_only=True, **options))
+            cache[key] = audit_saved_model(os.path.join(samples, name), AuditOptions(**options))
         return cache[key]
 
     return get
 
+
+@pytest.fixture(scope="session")
+def static_report(audited):
+    """static_report(name) -> Report of the static pass only on that sample model (cached)."""
+    return lambda name, **options: audited(name, static_only=True, **options)

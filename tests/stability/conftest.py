@@ -1,26 +1,6 @@
-"""Full audits (static pass, numeric checks, stability probes) of the sample models, each run once."""
+"""Helpers of the stability tests; the `audited` fixture (whole audits, cached) is in tests/conftest.py."""
 
 from __future__ import annotations
-
-import os
-
-import pytest
-
-
-@pytest.fixture(scope="session")
-def audited(samples):
-    """audited(name, **AuditOptions fields) -> Report of the whole audit (cached)."""
-    from gradaudit.api import AuditOptions, audit_saved_model
-
-    cache = {}
-
-    def get(name: str, **options):
-        key = (name, tuple(sorted(options.items())))
-        if key not in cache:
-            cache[key] = audit_saved_model(os.path.join(samples, name), AuditOptions(**options))
-        return cache[key]
-
-    return get
 
 
 def finding(report, rule: str):
