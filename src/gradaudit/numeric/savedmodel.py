@@ -33,17 +33,6 @@ class SavedModelInfo:
         return {b.position: b.name for b in self.bound if b is not None}
 
 
-def _select_meta_graph(proto, tags: tuple[str, ...]):
-    graphs = list(proto.meta_graphs)
-    if tags:
-        for mg in graphs:
-            if set(mg.meta_info_def.tags) == set(tags):
-                return mg
-        raise ValueError(f"no meta graph with tags {sorted(tags)} (found "
-                         f"{[sorted(mg.meta_info_def.tags) for mg in graphs]})")
-    return graphs[0]
-
-
 def _signature_function(meta_graph, signature: str) -> tuple[str | None, list[int]]:
     og = meta_graph.object_graph_def
     if not og.nodes:
@@ -91,12 +80,11 @@ def _scan(meta_graph, root: str | None) -> tuple[frozenset[str], list[OpRef]]:
 
 
 def read_saved_model(path: str, tags: tuple[str, ...], signature: str) -> SavedModelInfo:
-    from tensorflow.core.protobuf import saved_model_pb2
+    from ..targets.saved_model import SavedModelFile
 
-    proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as fh:
-        proto.ParseFromString(fh.read())
-    meta_graph = _select_meta_graph(proto, tags)
+    # The same reading and meta-graph choice as the static pass (pb or pbtxt, tags as a set).
+    proto = SavedModelFile.parse(path)
+    meta_graph = SavedModelFile.choose_meta_graph(proto, tags) if tags else proto.meta_graphs[0]
     function, bound_ids = _signature_function(meta_graph, signature)
     nodes = meta_graph.object_graph_def.nodes
     bound: list[BoundVariable | None] = []

@@ -67,7 +67,7 @@ def closure(graph_def, tensors: list[str], control: bool = False) -> list:
 class SavedModelFile:
     def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
         self.path = path
-        self.meta_graph = self._choose(self._parse(path), tags)
+        self.meta_graph = self.choose_meta_graph(self.parse(path), tags)
         self.graph_def = self.meta_graph.graph_def
         self.library = Library(self.graph_def)
         self.object_graph = self.meta_graph.object_graph_def
@@ -75,7 +75,7 @@ class SavedModelFile:
 
     # -- loading ---------------------------------------------------------------------------
     @staticmethod
-    def _parse(path: str) -> saved_model_pb2.SavedModel:
+    def parse(path: str) -> saved_model_pb2.SavedModel:
         if not os.path.exists(path):
             raise GradauditError(f"{path}: no such file or directory")
         if not os.path.isdir(path):
@@ -101,7 +101,7 @@ class SavedModelFile:
         return sm
 
     @staticmethod
-    def _choose(sm: saved_model_pb2.SavedModel, tags: tuple[str, ...]) -> meta_graph_pb2.MetaGraphDef:
+    def choose_meta_graph(sm: saved_model_pb2.SavedModel, tags: tuple[str, ...]) -> meta_graph_pb2.MetaGraphDef:
         wanted = set(tags)
         for mg in sm.meta_graphs:
             if set(mg.meta_info_def.tags) == wanted:
