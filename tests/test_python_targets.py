@@ -172,3 +172,12 @@ def test_python_targets_get_the_stability_probes():
     keras_report = audit(example_models.make_log_sigmoid_model())
     outputs = {o.name for o in keras_report.outputs}
     assert keras_report.stability and {s.output for s in keras_report.stability} <= outputs | {"*"}
+
+
+def test_keras_model_with_dict_inputs(recwarn):
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    out = keras.layers.Dense(1, name="head")(keras.layers.Concatenate()([a, b]))
+    r = audit(keras.Model({"a": a, "b": b}, out), static_only=True)
+    assert {s.name for s in r.sources if s.kind == "input"} == {"a", "b"}
+    assert all(f.status == "connected" for f in r.flow)
+    assert not [w for w in recwarn if "structure of inputs" in str(w.message)]

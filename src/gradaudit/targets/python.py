@@ -118,7 +118,14 @@ def _keras_concrete(model, label: str) -> Traced:
     specs = [tf.TensorSpec(tuple(t.shape), t.dtype, name=(t.name or f"input_{i}").split(":")[0])
              for i, t in enumerate(inputs)]
 
+    structure = getattr(model, "_inputs_struct", None)
+
     def call(*xs):
+        if isinstance(structure, (dict, list, tuple)) and len(xs) > 1:
+            import keras
+
+            # a dict-input model wants its dict back (inputs are flattened in the same key order)
+            return model(keras.tree.pack_sequence_as(structure, list(xs)), training=False)
         return model(list(xs) if len(xs) > 1 else xs[0], training=False)
 
     fn = tf.function(call, input_signature=specs).get_concrete_function()
