@@ -181,3 +181,8 @@ def test_keras_model_with_dict_inputs(recwarn):
     assert {s.name for s in r.sources if s.kind == "input"} == {"a", "b"}
     assert all(f.status == "connected" for f in r.flow)
     assert not [w for w in recwarn if "structure of inputs" in str(w.message)]
+
+
+def test_findings_of_traced_functions_name_the_function():
+    r = audit("example_models:argmax_head", static_only=True)
+    assert r.findings[0].op.function.startswith("__inference_argmax_head")

@@ -150,7 +150,7 @@ def _shadowed(g: Dataflow, tiers, output_tensor: dict[int, int]) -> set[tuple[in
 def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) -> StaticAnalysis:
     builder = DataflowBuilder(model.library, oracle, GradFnAnalyzer(model.library, oracle))
     if sig.nodes is not None:
-        outs = builder.add_graph_nodes(sig.nodes)
+        outs = builder.add_graph_nodes(sig.nodes, sig.where)
 
         def tensor(name: str) -> int:
             node, _, idx = name.partition(":")

@@ -163,9 +163,10 @@ class DataflowBuilder:
         self._stack: list[str] = []
 
     # -- roots -----------------------------------------------------------------------------
-    def add_graph_nodes(self, nodes) -> dict[str, list[int]]:
-        """Wire top-level GraphDef nodes (flat `node:idx` references); returns node -> output tensors."""
-        return self._wire_nodes(list(nodes), TOP, {}, in_function=False)[0]
+    def add_graph_nodes(self, nodes, where: str = TOP) -> dict[str, list[int]]:
+        """Wire top-level GraphDef nodes (flat `node:idx` references); returns node -> output tensors.
+        `where` names their location in findings (a traced function's name, or `<graph>`)."""
+        return self._wire_nodes(list(nodes), where, {}, in_function=False)[0]
 
     def add_function(self, name: str, args: list[int]) -> list[int]:
         """Inline function `name` with its arguments bound to `args`; returns its result tensors."""

@@ -100,7 +100,7 @@ def unsafe_findings(model, signature_nodes, signature_function, signature_label:
 def check(analysis) -> list[Finding]:
     sig = analysis.signature
     if sig.nodes is not None:
-        nodes, where = sig.nodes, "<graph>"
+        nodes, where = sig.nodes, sig.where
     else:
         nodes, where = analysis.model.library.functions[sig.function].node_def, sig.function
     return unsafe_findings(analysis.model, nodes, where, f"signature {sig.key!r}")

@@ -268,7 +268,8 @@ class TracedModel:
             shape = None if t.shape.rank is None else tuple(t.shape.as_list())
             outputs.append(TensorSpec(name, t.name, t.dtype.as_datatype_enum, shape))
         nodes = closure(self.graph_def, [o.tensor for o in outputs])
-        return SignatureGraph(self.traced.label, inputs, outputs, nodes, None, variables)
+        name = fn.name.decode() if isinstance(fn.name, bytes) else str(fn.name)
+        return SignatureGraph(self.traced.label, inputs, outputs, nodes, None, variables, where=name)
 
 
 def _output_names(structure, preferred: list[str] | None) -> list[str]:

@@ -41,6 +41,7 @@ class SignatureGraph:
     nodes: list | None
     function: str | None
     variables: dict[str, VariableInfo]  # top-level node name or function arg name -> variable
+    where: str = "<graph>"  # how findings name the location of top-level nodes
 
 
 def _shape(proto) -> tuple[int | None, ...] | None:
