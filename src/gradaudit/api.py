@@ -167,6 +167,7 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
     if not options.static_only:
         _check_inputs(sig, options)
     if _may_execute(report, options):
+        report.seed = options.seed
         _run_numeric_traced(report, traced, options)
         _probe_traced(report, traced, options)
         if options.timeout:
@@ -233,18 +234,17 @@ def _names_from_copy(copy: Report, report: Report) -> dict[str, str]:
     return {}
 
 
-def _run_numeric_traced(report: Report, traced, options: AuditOptions) -> None:
-    try:
-        from .numeric import run_numeric_function
-    except ImportError:
-        report.notes.append("numeric checks of Python targets are not available in this build")
-        return
-    report.seed = options.seed
-    outcome = run_numeric_function(traced.fn, report.sources, report.outputs, report.flow,
-                                   _numeric_options(options), variable_names=traced.variable_names)
+def _add_numeric(report: Report, outcome) -> None:
     report.numeric.extend(outcome.results)
     report.findings.extend(outcome.findings)
     report.notes.extend(outcome.notes)
+
+
+def _run_numeric_traced(report: Report, traced, options: AuditOptions) -> None:
+    from .numeric import run_numeric_function
+
+    _add_numeric(report, run_numeric_function(traced.fn, report.sources, report.outputs, report.flow,
+                                              _numeric_options(options), variable_names=traced.variable_names))
 
 
 def _numeric_options(options: AuditOptions):
@@ -255,17 +255,10 @@ def _numeric_options(options: AuditOptions):
 
 
 def _run_numeric(report: Report, path: str, options: AuditOptions, key: str) -> None:
-    try:
-        from .numeric import run_numeric
-    except ImportError:  # numeric checks not available in this build
-        report.notes.append("numeric checks are not available")
-        return
-    report.seed = options.seed
-    outcome = run_numeric(path, options.tags, key, report.sources, report.outputs, report.flow,
-                          _numeric_options(options))
-    report.numeric.extend(outcome.results)
-    report.findings.extend(outcome.findings)
-    report.notes.extend(outcome.notes)
+    from .numeric import run_numeric
+
+    _add_numeric(report, run_numeric(path, options.tags, key, report.sources, report.outputs, report.flow,
+                                     _numeric_options(options)))
 
 
 def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
