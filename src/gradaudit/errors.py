@@ -1,5 +1,27 @@
 """Errors that end a run with exit code 2 and one line on stderr."""
 
+from __future__ import annotations
+
+from typing import Any
+
 
 class GradauditError(Exception):
     """Usage, load or input error: the CLI prints the message on one line and exits 2."""
+
+
+class InternalError(Exception):
+    """gradaudit itself failed while running a stage: said to be gradaudit's fault (never the model's, never a
+    pass), exit 2, and the report as far as it got is still written."""
+
+    def __init__(self, stage: str, exc: BaseException, report: Any = None):
+        self.stage = stage
+        self.cause = exc
+        self.report = report  # the partial Report, when one exists
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        self.detail = f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
+        super().__init__(f"internal error in gradaudit while {stage}: {self.detail}; please report it")
+
+    def with_report(self, report: Any) -> "InternalError":
+        if self.report is None:
+            self.report = report
+        return self

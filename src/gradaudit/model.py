@@ -100,12 +100,19 @@ class Cut:
 class FlowEntry:
     source: str
     output: str
-    status: str  # "connected" | "blocked" | "disconnected"
+    # "connected" | "blocked" | "disconnected" | "unknown" (an op whose gradient cannot be known here lies on
+    # a float path of the pair: an op this TensorFlow does not know, or a gradient replica that failed)
+    status: str
     blocked_by: tuple[Cut, ...] = ()
+    unknown_by: tuple[OpRef, ...] = ()  # for "unknown": the ops that make it so
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "output": self.output, "status": self.status,
-                "blocked_by": [c.to_dict() for c in self.blocked_by]}
+        d: dict[str, Any] = {"source": self.source, "output": self.output, "status": self.status,
+                             "blocked_by": [c.to_dict() for c in self.blocked_by]}
+        if self.status == "unknown":
+            d["unknown_by"] = [{"op_type": r.op_type, "op_name": r.op_name, "function": r.function}
+                               for r in self.unknown_by]
+        return d
 
 
 @dataclass(frozen=True)
@@ -160,6 +167,9 @@ class Report:
     stability: list[StabilityResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be checked, and why
     seed: int | None = None
+    # requested checks that did not run (or not to the end), one line each with the reason: the run can
+    # vouch for nothing they would have found, so the verdict is "incomplete", never "pass"
+    incomplete: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, int]:
         counts = {s.value: 0 for s in Severity}
@@ -181,10 +191,24 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not self.fails("error")
+        return self.verdict("error") == "pass"
+
+    @property
+    def unknown_pairs(self) -> list[FlowEntry]:
+        return [e for e in self.flow if e.status == "unknown"]
 
     def verdict(self, fail_on: str = "error") -> str:
-        return "fail" if self.fails(fail_on) else "pass"
+        """`fail` (a finding at or above `fail_on`), `incomplete` (a requested check did not run, or a pair's
+        gradient cannot be known here), else `pass`."""
+        if self.fails(fail_on):
+            return "fail"
+        if self.incomplete or self.unknown_pairs:
+            return "incomplete"
+        return "pass"
+
+    def gate_fails(self, fail_on: str = "error") -> bool:
+        """Whether this report makes the run exit 1: a failure, or an incomplete audit (unless `never`)."""
+        return fail_on != "never" and self.verdict(fail_on) != "pass"
 
     def to_json(self, fail_on: str = "error") -> str:
         """The same JSON document the CLI writes with --format json."""
