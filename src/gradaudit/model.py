@@ -149,6 +149,34 @@ class StabilityResult:
 
 
 @dataclass(frozen=True)
+class PathStep:
+    """One op on a blocked pair's path; `skipped` ops of a long path are left out just before it."""
+
+    op_type: str
+    op_name: str
+    function: str
+    skipped: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op_type": self.op_type, "op_name": self.op_name, "function": self.function,
+                "skipped": self.skipped}
+
+
+@dataclass(frozen=True)
+class BlockedPath:
+    """Where a blocked pair's gradient dies: source -> steps -> output, `steps[cut]` being the cutting op."""
+
+    source: str
+    output: str
+    steps: tuple[PathStep, ...]
+    cut: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "output": self.output, "steps": [s.to_dict() for s in self.steps],
+                "cut": self.cut}
+
+
+@dataclass(frozen=True)
 class Target:
     path: str
     kind: str  # "saved_model" | "python" | "keras"
@@ -167,6 +195,7 @@ class Report:
     stability: list[StabilityResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be checked, and why
     seed: int | None = None
+    paths: list[BlockedPath] = field(default_factory=list)  # one per blocked pair and cutting op (paths.py)
     # requested checks that did not run (or not to the end), one line each with the reason: the run can
     # vouch for nothing they would have found, so the verdict is "incomplete", never "pass"
     incomplete: list[str] = field(default_factory=list)
