@@ -42,6 +42,7 @@ def _static_report(model, sig, target: Target) -> tuple[Report, object]:
     """The static pass on any target: flow, then every static rule family."""
     from .flow import analyse
     from .graph.gradients import GradientOracle
+    from .paths import blocked_paths
 
     try:
         analysis = analyse(model, sig, GradientOracle())
@@ -52,6 +53,7 @@ def _static_report(model, sig, target: Target) -> tuple[Report, object]:
                              f"analysed ({exc.__class__.__name__}: {detail})") from None
     report = Report(target=target, sources=analysis.sources, outputs=analysis.outputs, flow=analysis.flow,
                     findings=findings)
+    report.paths = blocked_paths(analysis)
     return report, analysis
 
 

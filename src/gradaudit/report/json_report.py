@@ -42,6 +42,7 @@ def to_dict(report: Report, fail_on: str = "error") -> dict[str, Any]:
         "stability": [s.to_dict() for s in report.stability],
         "notes": list(report.notes),
         "seed": report.seed,
+        "paths": [p.to_dict() for p in report.paths],
     }
 
 
