@@ -72,6 +72,8 @@ def zoo(tmp_path_factory):
                 "where_reciprocal": tf.where(x > 0, 1.0 / x, 0.0),
                 "where_unrelated": tf.where(x > 0, tf.math.log(y * y + 1.0), 0.0),
                 "where_log_times_two": tf.where(x > 0.5, 2.0 * tf.math.log(x), 0.0),
+                "where_sqrt": tf.where(x > 0, tf.sqrt(x), 0.0),
+                "where_pow_half": tf.where(x > 0, tf.pow(x, 0.5), 0.0),
                 "pow_half_of_squares": tf.pow(tf.reduce_sum(x * x, axis=-1), 0.5),
                 "sqrt_of_relu": tf.sqrt(tf.nn.relu(x)),
                 "sqrt_with_epsilon": tf.sqrt(tf.reduce_sum(tf.square(x), axis=-1) + 1e-6),
@@ -91,6 +93,7 @@ def zoo(tmp_path_factory):
 @pytest.mark.parametrize("output,rule", [
     ("log_exp_plus_one", "log1p-exp"), ("log1p_of_exp", "log1p-exp"), ("log_two_plus_exp", None),
     ("where_reciprocal", "where-nan"), ("where_unrelated", None), ("where_log_times_two", "where-nan"),
+    ("where_sqrt", None), ("where_pow_half", "where-nan"),
     ("pow_half_of_squares", "sqrt-at-zero"), ("sqrt_of_relu", "sqrt-at-zero"), ("sqrt_with_epsilon", None),
     ("sqrt_of_input", None),
     ("div_by_square", "squared-denominator"), ("div_by_scaled_square", "squared-denominator"),
@@ -103,7 +106,7 @@ def test_pattern_variants(zoo, output, rule):
 
 def test_each_variant_is_one_finding(zoo):
     by_output, count = zoo
-    assert count == len(by_output) == 8
+    assert count == len(by_output) == 9
 
 
 def test_every_hazard_rule_is_registered_with_its_docs():
@@ -113,3 +116,22 @@ def test_every_hazard_rule_is_registered_with_its_docs():
         assert r.code.startswith("GA3") and "## Use instead" in r.doc
     assert get_rule("unstable-gradient").severity.value == "error"
     assert get_rule("nonfinite-forward").severity.value == "warning"
+
+
+@pytest.mark.parametrize("op_type,fn", [
+    ("Log", "tf.math.log(x)"), ("Log1p", "tf.math.log1p(x - 1.0)"), ("RealDiv", "1.0 / x"),
+    ("Div", "tf.raw_ops.Div(x=tf.ones_like(x), y=x)"), ("Pow", "tf.pow(x, 0.5)"), ("Sqrt", "tf.sqrt(x)"),
+    ("Rsqrt", "tf.math.rsqrt(x)"), ("Reciprocal", "tf.math.reciprocal(x)"), ("Inv", "tf.raw_ops.Inv(x=x)"),
+])
+def test_where_nan_matches_the_installed_tensorflow(op_type, fn):
+    """GA305 claims a NaN gradient exactly for the ops whose gradient is NaN at 0 under a where."""
+    import numpy as np
+    import tensorflow as tf
+
+    from gradaudit.rules.hazards import _SINGULAR
+
+    x = tf.constant([0.0, 1.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.where(x > 0, eval(fn, {"tf": tf, "x": x}), 0.0)  # noqa: S307 - fixed strings above
+    assert bool(np.isnan(tape.gradient(y, x).numpy()[0])) == (op_type in _SINGULAR)

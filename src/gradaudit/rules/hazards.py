@@ -114,11 +114,13 @@ class SqrtAtZero:
 @rule("GA305", "where-nan", Severity.WARNING,
       fix="safe = tf.where(x > 0, x, 1.0); y = tf.where(x > 0, tf.math.log(safe), 0.0)   # double where")
 class WhereNan:
-    """`tf.where(cond, f(x), y)` whose f (log, reciprocal, division, sqrt, pow) is non-finite where cond is false.
+    """`tf.where(cond, f(x), y)` whose f (log, division, fractional pow) is non-finite where cond is false.
 
     ## What it does
     Finds a select (`tf.where`) whose branch computes an op that is non-finite at some inputs
-    (log, reciprocal, division, sqrt, rsqrt, pow) of a value the condition itself tests.
+    (log, log1p, division, pow) of a value the condition itself tests. Sqrt, rsqrt and reciprocal
+    are not reported: TensorFlow's gradients of those return 0 for a zero incoming gradient, so
+    `tf.where(x > 0, tf.sqrt(x), 0.)` has a finite gradient at 0 (TF 2.21).
 
     ## Why is this bad?
     Both branches are computed. Where the condition is false the unselected branch's value
@@ -311,6 +313,13 @@ def confirmed(finding: Finding, evidence: str) -> Finding:
                                message=f"{finding.message}. Confirmed by the stability probes: {evidence}.")
 
 
+def unconfirmed(finding: Finding, probed: str) -> Finding:
+    """The lint's finding when the stability probes reached its op's inputs (`probed`: where) and saw
+    nothing go wrong there: info, not a warning. A --static-only run keeps the warning."""
+    return dataclasses.replace(finding, severity=Severity.INFO,
+                               message=f"{finding.message}. Not confirmed by the stability probes ({probed})")
+
+
 def check(analysis) -> list[Finding]:
     """Static GA3xx findings from a finished StaticAnalysis."""
     return [h.finding() for h in find_hazards(analysis)]
@@ -372,9 +381,12 @@ _PASS = {"Identity", "Snapshot", "EnsureShape", "Reshape", "ExpandDims", "Squeez
 _ADD = {"Add", "AddV2"}
 _SELECT = {"Select", "SelectV2"}
 _DIV = {"RealDiv", "Div"}
-# Op type -> the input at which it is non-finite or has an infinite derivative (log(0), 1/0, sqrt'(0)).
-_SINGULAR = {"Log": 0, "Log1p": 0, "Reciprocal": 0, "Inv": 0, "RealDiv": 1, "Div": 1, "Sqrt": 0,
-             "Rsqrt": 0, "Pow": 0}
+# Op type -> the input at which it is non-finite or has an infinite derivative (log(0), 1/0), for the ops
+# whose registered gradient turns a zero incoming gradient into NaN there (0 * inf). Sqrt, Rsqrt,
+# Reciprocal and Inv are not among them: their gradient kernels (SqrtGrad, ...) return 0 for a zero
+# incoming gradient in TF 2.21, so `tf.where(x > 0, tf.sqrt(x), 0)` has a finite gradient at 0.
+# tests/rules/test_hazards.py checks this table against the installed TensorFlow.
+_SINGULAR = {"Log": 0, "Log1p": 0, "RealDiv": 1, "Div": 1, "Pow": 0}
 # Elementwise ops through which the unselected branch's NaN gradient still flows back.
 _CARRY = {"Mul", "Add", "AddV2", "Sub", "Neg", "Cast", "RealDiv", "Div", "Square", "Exp"} | _PASS
 _WALK_LIMIT = 48
