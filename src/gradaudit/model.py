@@ -125,11 +125,16 @@ class NumericResult:
     dtype: str | None
     evaluations: int
     reason: str | None = None
+    # why the check ran in `dtype`: the float64 copy, or why it could not be used
+    precision_reason: str | None = None
+    # the stability probe scale (signed) of the point checked; None: the synthesised (or --inputs) point
+    scale: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "output": self.output, "status": self.status,
                 "rel_error": self.rel_error, "step": self.step, "dtype": self.dtype,
-                "evaluations": self.evaluations, "reason": self.reason}
+                "evaluations": self.evaluations, "reason": self.reason,
+                "precision_reason": self.precision_reason, "scale": self.scale}
 
 
 @dataclass(frozen=True)

@@ -102,10 +102,11 @@ def _numeric_table(report: Report) -> RenderableType:
     for col in ("source", "output", "status", "rel. error", "step", "dtype", "evals", "reason"):
         table.add_column(col)
     for n in report.numeric:
-        table.add_row(n.source, n.output, Text(n.status, style=_NUM_STYLE.get(n.status, "")),
+        at = "" if n.scale is None else f" (inputs × {n.scale:g})"
+        table.add_row(n.source + at, n.output, Text(n.status, style=_NUM_STYLE.get(n.status, "")),
                       "" if n.rel_error is None else f"{n.rel_error:.2e}",
                       "" if n.step is None else f"{n.step:.1e}", n.dtype or "", str(n.evaluations),
-                      n.reason or "")
+                      "; ".join(r for r in (n.reason, n.precision_reason) if r))
     return table
 
 
