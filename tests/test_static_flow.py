@@ -153,10 +153,14 @@ def test_all_signatures_and_saved_functions(tmp_path, static_report):
 
     with pytest.raises(GradauditError, match="no signatures; pass --signature with one of"):
         audit_saved_model(path, AuditOptions(static_only=True))
-    fn = SavedModelFile(path).saved_functions()[0]
-    r = audit_saved_model(path, AuditOptions(static_only=True, signature=fn))
-    assert {s.name for s in r.sources} == {"x", "v"}
-    assert {f.rule for f in r.findings} == {"zero-gradient"}
+    funcs = SavedModelFile(path).saved_functions()
+    assert list(funcs) == ["apply"] and funcs["apply"].startswith("__inference_apply_")
+    for key in ("apply", funcs["apply"]):  # the stable name, and the generated one
+        r = audit_saved_model(path, AuditOptions(static_only=True, signature=key))
+        assert {s.name for s in r.sources} == {"x", "v"}
+        assert {f.rule for f in r.findings} == {"zero-gradient"}
+    assert r.target.signature == funcs["apply"]
+    assert audit_saved_model(path, AuditOptions(static_only=True, signature="apply")).target.signature == "apply"
 
 
 def test_moments_stop_gradient_is_not_reported(tmp_path):

@@ -177,6 +177,11 @@ def test_unknown_op_is_reported_not_a_crash(samples, tmp_path):
         fh.write(sm.SerializeToString())
     r = audit_saved_model(path, AuditOptions(static_only=True))
     f = finding(r, "unknown-op")
-    assert f.op.op_type == "MyCompanyFancyTanh" and f.severity.value == "warning"
-    assert flow(r, "x", "y").status == "blocked"
-    assert [c.rule for c in flow(r, "x", "y").blocked_by] == ["unknown-op"]
+    # on the float path from x to y: whether a gradient passes cannot be known, and that is an error
+    assert f.op.op_type == "MyCompanyFancyTanh" and f.severity.value == "error"
+    assert set(f.sources) == {e.source for e in r.flow if e.status == "unknown"} >= {"x"}
+    assert f.outputs == ("y",)
+    entry = flow(r, "x", "y")
+    assert entry.status == "unknown" and not entry.blocked_by
+    assert {u.op_type for u in entry.unknown_by} == {"MyCompanyFancyTanh"}
+    assert r.verdict() == "fail"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from .errors import GradauditError
+from .errors import GradauditError, InternalError
 from .model import Report, Target
 
 
@@ -32,10 +32,19 @@ class AuditOptions:
     timeout: float | None = None  # seconds for the model-running part, run in a child process
 
 
-def _rules_check(analysis) -> list:
+def _rules_check(analysis, report: Report) -> list:
+    """Every static rule family; a rule that raises is gradaudit's bug, not the model's."""
     from .rules import STATIC_CHECKS
 
-    return [f for check in STATIC_CHECKS for f in check(analysis)]
+    findings = []
+    for check in STATIC_CHECKS:
+        try:
+            findings.extend(check(analysis))
+        except Exception as exc:  # noqa: BLE001 - said to be ours, with the report as far as it got
+            report.findings = findings
+            raise InternalError(f"running the static rules ({check.__module__}.{check.__name__})", exc,
+                                report) from exc
+    return findings
 
 
 def _static_report(model, sig, target: Target) -> tuple[Report, object]:
@@ -46,15 +55,37 @@ def _static_report(model, sig, target: Target) -> tuple[Report, object]:
 
     try:
         analysis = analyse(model, sig, GradientOracle())
-        findings = _rules_check(analysis)
     except MALFORMED as exc:  # a protobuf that parses but does not describe a consistent graph
         detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise GradauditError(f"{target.path}: malformed model, the graph of {target.signature!r} cannot be "
                              f"analysed ({exc.__class__.__name__}: {detail})") from None
     report = Report(target=target, sources=analysis.sources, outputs=analysis.outputs, flow=analysis.flow,
-                    findings=findings)
+                    notes=list(analysis.notes))
+    report.findings = _rules_check(analysis, report)
     report.paths = blocked_paths(analysis)
     return report, analysis
+
+
+def _guard(stage: str, report: Report, run) -> None:
+    """Run a stage of the audit; an exception that is not a verdict on the model is gradaudit's failure."""
+    try:
+        run()
+    except (GradauditError, InternalError) as exc:
+        if isinstance(exc, InternalError):
+            exc.with_report(report)
+        raise
+    except Exception as exc:  # noqa: BLE001 - said to be ours, with the report as far as it got
+        raise InternalError(stage, exc, report) from exc
+
+
+def _not_checked(report: Report) -> None:
+    """Requested checks that could not run make the audit incomplete: one line per kind of check."""
+    errors = [n for n in report.numeric if n.status == "error"]
+    if errors:
+        first = next((n.reason for n in errors if n.reason), "no reason given")
+        line = f"{len(errors)} numeric check(s) could not run (first: {first})"
+        if line not in report.incomplete:
+            report.incomplete.append(line)
 
 
 def _check_inputs(sig, options: AuditOptions) -> None:
@@ -79,11 +110,15 @@ def _check_inputs(sig, options: AuditOptions) -> None:
 
 
 def _may_execute(report: Report, options: AuditOptions) -> bool:
-    """Nothing of a model with unsafe ops runs unless the user says so."""
+    """Nothing of a model runs unless the safety gate proved every op it runs harmless (GA401, GA402, GA403
+    findings block it, suppressed or not) or the user says so."""
+    from .rules import get_rule
+
     if options.static_only:
         return False
-    if not options.allow_unsafe_ops and any(f.rule == "unsafe-op" for f in report.findings):
-        report.notes.append("numeric checks and probes skipped: unsafe ops present (GA401); "
+    blocking = sorted({f.code for f in report.findings if get_rule(f.rule).blocks_execution})
+    if not options.allow_unsafe_ops and blocking:
+        report.notes.append(f"numeric checks and probes skipped: ops or files not proven safe ({', '.join(blocking)}); "
                             "--allow-unsafe-ops runs them anyway")
         return False
     return True
@@ -91,6 +126,8 @@ def _may_execute(report: Report, options: AuditOptions) -> bool:
 
 def _finish(report: Report) -> Report:
     from .rules.numeric import explain_mismatches
+
+    _not_checked(report)
 
     if report.numeric:
         variables = {s.name for s in report.sources if s.kind == "variable"}
@@ -114,8 +151,9 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
     if not options.static_only:
         _check_inputs(sig, options)
     if sig.function is not None and not options.static_only:
-        report.notes.append(f"numeric checks and probes run on signatures; {key!r} is a saved function of a "
-                            "model without signatures, so only the static pass ran")
+        report.incomplete.append(f"numeric checks and probes did not run: they run on signatures, and {key!r} "
+                                 "is a saved function of a model without signatures (--static-only audits its "
+                                 "graph alone)")
     elif _may_execute(report, options):
         report.seed = options.seed
         if options.timeout:
@@ -127,33 +165,44 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
 
 def _execute(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
     """The part of an audit that runs the model: numeric checks, then stability probes."""
-    _run_numeric(report, path, options, key)
-    _run_stability(report, analysis, path, options, key)
+    _guard("running the numeric checks", report, lambda: _run_numeric(report, path, options, key))
+    _guard("running the stability probes", report, lambda: _run_stability(report, analysis, path, options, key))
 
 
-def _executed_part(path: str, options: AuditOptions, key: str) -> Report:
-    """In the child process: the whole audit again (the static pass is cheap) without the timeout."""
-    return audit_saved_model(path, replace(options, timeout=None), key)
+def _executed_part(path: str, options: AuditOptions, key: str):
+    """In the child process: the whole audit again (the static pass is cheap) without the timeout.
+    gradaudit's own failure comes back as a value, so that the parent says it is one."""
+    try:
+        return audit_saved_model(path, replace(options, timeout=None), key)
+    except InternalError as exc:
+        return ("internal", exc.stage, exc.detail, exc.report)
 
 
 def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str) -> None:
     from .isolate import ChildFailed, Timeout, run_isolated
-    from .model import NumericResult
 
     try:
         child = run_isolated(_executed_part, (path, options, key), options.timeout)
-    except (Timeout, ChildFailed) as exc:
-        reason = f"timeout: {exc}" if isinstance(exc, Timeout) else str(exc)
-        report.numeric.extend(NumericResult(s.name, "*", "error", None, None, None, 0, reason)
-                              for s in report.sources if s.differentiable)
-        report.notes.append(f"numeric checks and probes did not complete ({reason}); the static report "
-                            "is complete")
+    except Timeout as exc:
+        report.incomplete.append(f"numeric checks and stability probes did not finish: --timeout {exc}; "
+                                 "the static report is complete")
         return
+    except ChildFailed as exc:
+        report.incomplete.append(f"numeric checks and stability probes did not finish: {exc}; the static "
+                                 "report is complete")
+        return
+    if isinstance(child, tuple):
+        _stage, detail, partial = child[1], child[2], child[3]
+        err = InternalError(_stage, RuntimeError(detail), partial or report)
+        err.detail = detail
+        err.args = (f"internal error in gradaudit while {_stage}: {detail}; please report it",)
+        raise err
     report.seed = child.seed
     report.numeric.extend(child.numeric)
     report.stability.extend(child.stability)
     report.findings[:] = child.findings
-    report.notes.extend(child.notes)
+    report.notes.extend(n for n in child.notes if n not in report.notes)
+    report.incomplete.extend(child.incomplete)
 
 
 def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str = "python") -> Report:
@@ -170,8 +219,8 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
         _check_inputs(sig, options)
     if _may_execute(report, options):
         report.seed = options.seed
-        _run_numeric_traced(report, traced, options)
-        _probe_traced(report, traced, options)
+        _guard("running the numeric checks", report, lambda: _run_numeric_traced(report, traced, options))
+        _guard("running the stability probes", report, lambda: _probe_traced(report, traced, options))
         if options.timeout:
             report.notes.append(f"--timeout applies to SavedModels; this {traced.kind} target ran in-process")
     return _finish(report)
@@ -222,6 +271,7 @@ def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
                           else f for f in report.findings]
     report.findings.extend(renamed(f) for f in copy.findings if f.rule in _STABILITY_RULES)
     report.notes.extend(n for n in copy.notes if n.startswith(("Stability", "stability")))
+    report.incomplete.extend(line for line in copy.incomplete if line.startswith("stability"))
 
 
 def _names_from_copy(copy: Report, report: Report) -> dict[str, str]:
@@ -275,12 +325,20 @@ def _run_stability(report: Report, analysis, path: str, options: AuditOptions, k
     report.numeric.extend(outcome.numeric)
     report.findings[:] = outcome.confirm(report.findings) + outcome.findings
     report.notes.extend(outcome.notes)
+    if outcome.stopped:
+        report.incomplete.append(f"stability probes stopped: {outcome.stopped}")
 
 
 def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:
+    """What --all-signatures audits: the signatures, or, for a model saved without any, its saved functions
+    by their stable names. A model with neither is an error, never an empty pass."""
     from .targets.saved_model import SavedModelFile
 
-    return SavedModelFile(path, tags).signature_keys()
+    model = SavedModelFile(path, tags)
+    keys = model.signature_keys() or list(model.saved_functions())
+    if not keys:
+        raise GradauditError(f"{path}: nothing to audit: the model has no signatures and no saved functions")
+    return keys
 
 
 def audit(target, **options) -> Report:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .api import AuditOptions, audit, audit_saved_model, signature_keys
-from .errors import GradauditError
+from .errors import GradauditError, InternalError
 from .model import Report
 from .report.common import GRAPH_FILES
 
@@ -68,7 +68,7 @@ def _search(root: str) -> list[str]:
 
 
 def _audit(target: str, options: AuditOptions, all_signatures: bool) -> tuple[Report, ...]:
-    if all_signatures:  # a SavedModel's signatures
+    if all_signatures:  # a SavedModel's signatures (its saved functions when it has none)
         return tuple(audit_saved_model(target, options, key) for key in signature_keys(target, options.tags))
     return (audit(target, **vars(options)),)  # any target: SavedModel, Keras file, module:attr
 
@@ -81,11 +81,16 @@ def audit_model(path: str, options: AuditOptions, all_signatures: bool = False, 
         if debug:
             raise
         return ModelAudit(path, failure=AuditFailure(path, str(exc)))
+    except InternalError as exc:  # gradaudit's failure: said so, and the report as far as it got is kept
+        if debug:
+            raise
+        partial = (exc.report,) if exc.report is not None else ()
+        return ModelAudit(path, partial, AuditFailure(path, f"{path}: {exc} (--debug shows the traceback)"))
     except Exception as exc:  # noqa: BLE001 - one model's crash must not hide the other models' results
         if debug:
             raise
-        return ModelAudit(path, failure=AuditFailure(
-            path, f"{path}: internal error: {exc.__class__.__name__}: {exc} (--debug shows the traceback)"))
+        err = InternalError("auditing the model", exc)
+        return ModelAudit(path, failure=AuditFailure(path, f"{path}: {err} (--debug shows the traceback)"))
 
 
 def audit_models(paths: Sequence[str], options: AuditOptions, *, all_signatures: bool = False, jobs: int = 1,

@@ -220,7 +220,9 @@ def audit_command(models, recursive, jobs, tags, signature, all_signatures, stat
     except GradauditError as exc:
         _fail(str(exc), debug)
     except Exception as exc:  # noqa: BLE001 - one line, exit 2; --debug shows the traceback
-        _fail(f"internal error: {exc.__class__.__name__}: {exc}", debug)
+        from .errors import InternalError
+
+        _fail(str(InternalError("preparing the audit", exc)), debug)
 
     failures: list[AuditFailure] = [a.failure for a in audits if a.failure]
     reports = [policy.apply(r) for a in audits for r in a.reports]
@@ -238,7 +240,7 @@ def audit_command(models, recursive, jobs, tags, signature, all_signatures, stat
                 _emit(render(name, reports, fail_on, failures), path, debug)
     if failures:
         sys.exit(EXIT_ERROR)
-    sys.exit(EXIT_FINDINGS if not exit_zero and any(r.fails(fail_on) for r in reports) else EXIT_OK)
+    sys.exit(EXIT_FINDINGS if not exit_zero and any(r.gate_fails(fail_on) for r in reports) else EXIT_OK)
 
 
 def _emit(text: str, path: str | None, debug: bool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .graph.dataflow import CONVERT, GRAD, VALUE, Dataflow, DataflowBuilder, GradFnAnalyzer, OpNode
+from .graph.dataflow import CONVERT, GRAD, MAYBE, VALUE, Dataflow, DataflowBuilder, GradFnAnalyzer, OpNode
 from .graph.dtypes import DT_RESOURCE, carries_gradient, dtype_name, is_float
 from .graph.gradients import GradientOracle, GradKind
 from .graph.reach import backward_masks, forward_masks, topological_order
@@ -26,6 +26,14 @@ class OpCut:
 
 
 @dataclass
+class Uncertain:
+    """An op whose gradient cannot be known here, and the (source, output) pairs whose paths it lies on."""
+
+    node: OpNode
+    pairs: set[tuple[int, int]] = field(default_factory=set)
+
+
+@dataclass
 class StaticAnalysis:
     graph: Dataflow
     sources: list[Source]
@@ -33,16 +41,20 @@ class StaticAnalysis:
     source_tensor: dict[int, int]  # index in `sources` -> tensor id (differentiable sources only)
     output_tensor: dict[int, int]  # index in `outputs` -> tensor id (float outputs: gradient targets)
     other_output_tensor: dict[int, int]  # index in `outputs` -> tensor id (integer, bool, string outputs)
-    reach_value: list[int]  # F: sources reaching each node by value
-    reach_grad: list[int]  # G: sources reaching each node along gradient-carrying edges
-    to_output_value: list[int]  # B: outputs each node reaches by value
-    to_output_grad: list[int]  # C: outputs each node reaches along gradient-carrying edges
+    reach_value: list[int]  # sources reaching each node by value
+    # sources reaching each node along edges that carry (or, through an op whose gradient cannot be known
+    # here, may carry) a gradient
+    reach_grad: list[int]
+    to_output_value: list[int]  # outputs each node reaches by value
+    to_output_grad: list[int]  # outputs each node reaches along edges that carry (or may carry) a gradient
     flow: list[FlowEntry]
     cuts: dict[OpRef, OpCut]
     uncaptured_trainable: list[VariableInfo]
     gradient_functions: dict[str, str]  # gradient_op_type -> saved gradient function
     model: SavedModelFile
     signature: SignatureGraph
+    uncertain: dict[OpRef, Uncertain] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def source_names(self, mask: int) -> list[str]:
         return [self.sources[i].name for i in self.source_tensor if mask >> i & 1]
@@ -67,10 +79,14 @@ def cut_rule(node: OpNode, g: Dataflow) -> str:
     t = node.ref.op_type
     if t in PYFUNC_OPS:
         return "py-function"
-    if t in STOP_OPS:
+    if t in STOP_OPS and node.grad_kind is not GradKind.RAISES:
         return "stop-gradient"
+    if node.grad_kind is GradKind.RAISES:
+        return "gradient-raises"
     if not node.known:
-        return "unknown-op"
+        # an op this TensorFlow does not know is a cut only where all its results are integers or bools
+        # (their dtypes read from the known ops that use them); elsewhere its pairs are "unknown"
+        return "integer-path" if not any(carries_gradient(g.dtype[o]) for o in node.outputs) else "unknown-op"
     if node.custom_gradient:
         return "custom-gradient"
     if not any(carries_gradient(g.dtype[o]) for o in node.outputs):
@@ -188,18 +204,24 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
     order = topological_order(g)
     seeds = {t: 1 << i for i, t in source_tensor.items()}
     F = forward_masks(g, seeds, VALUE, order)
-    G = forward_masks(g, seeds, GRAD, order)
+    # Ops whose gradient cannot be known here pass as if they carried one: the pairs that need them are
+    # then "unknown" (below), and every other pair's status and cuts are exactly what they would be.
+    G = forward_masks(g, seeds, GRAD | MAYBE, order)
     out_seeds: dict[int, int] = {}
     for j, t in output_tensor.items():
         out_seeds[t] = out_seeds.get(t, 0) | 1 << j
     B = backward_masks(g, out_seeds, VALUE, order)
-    C = backward_masks(g, out_seeds, GRAD, order)
+    C = backward_masks(g, out_seeds, GRAD | MAYBE, order)
     V = _value_to_outputs(g, order, B)
 
     status: dict[tuple[int, int], str] = {}
     for i in source_tensor:
         for j, t in output_tensor.items():
             status[i, j] = ("connected" if G[t] >> i & 1 else "blocked" if F[t] >> i & 1 else "disconnected")
+    uncertain = _uncertain_pairs(g, G, C, source_tensor, output_tensor)
+    for u in uncertain.values():
+        for pair in u.pairs:
+            status[pair] = "unknown"
 
     # Candidate cuts per pair, in three tiers: (0) the op's float result still reaches the output along
     # gradient-carrying edges; (1) its integer/bool result is turned back into a float value of the
@@ -220,7 +242,7 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
                 src |= G[t] & value
         elif not _exact_stop(node):
             for t, f in node.inputs:
-                if f & VALUE and not f & GRAD and carries_gradient(g.dtype[t]):  # shape reads are no cut
+                if f & VALUE and not f & (GRAD | MAYBE) and carries_gradient(g.dtype[t]):  # shape reads: no cut
                     src |= G[t]
         if G[op_id] and node.outputs and not any(carries_gradient(g.dtype[o]) for o in node.outputs):
             src |= G[op_id]  # a gradient enters, but no output can carry one back: a dead end
@@ -234,7 +256,7 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
         for i in source_tensor:
             if src >> i & 1:
                 for j in output_tensor:
-                    for tier in range(3 if status[i, j] == "blocked" else 1):
+                    for tier in range(3 if status[i, j] == "blocked" else 1):  # unknown pairs: as connected
                         if reach[tier] >> j & 1:
                             tiers.setdefault((i, j), [[], [], []])[tier].append(node)
                             break
@@ -253,11 +275,46 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
         for j in output_tensor:
             blocked_by = tuple(Cut(ref, c.rule) for ref, c in sorted(cuts.items(), key=lambda kv: (
                 kv[0].function, kv[0].op_name)) if (i, j) in c.blocked_pairs)
-            flow.append(FlowEntry(sources[i].name, outputs[j].name, status[i, j], blocked_by))
+            unknown_by = tuple(sorted((ref for ref, u in uncertain.items() if (i, j) in u.pairs),
+                                      key=lambda r: (r.function, r.op_name)))
+            flow.append(FlowEntry(sources[i].name, outputs[j].name, status[i, j], blocked_by, unknown_by))
 
     captured = {v.name for v in sig.variables.values()}
     uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]
     return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, other_output_tensor, F, G, B, C,
                           flow, cuts,
                           list({v.name: v for v in uncaptured}.values()), model.library.registered_gradients,
-                          model, sig)
+                          model, sig, uncertain, _uncertain_notes(uncertain))
+
+
+def _uncertain_pairs(g: Dataflow, reach_grad: list[int], to_output_grad: list[int], source_tensor: dict[int, int],
+                     output_tensor: dict[int, int]) -> dict[OpRef, Uncertain]:
+    """Each op whose gradient cannot be known here, with the pairs whose float paths run through it: a source
+    reaches one of its float inputs, and one of its results reaches the output, along (possible) gradient
+    edges."""
+    out: dict[OpRef, Uncertain] = {}
+    for node in g.ops.values():
+        if node.uncertain is None:
+            continue
+        src = 0
+        for t, f in node.inputs:
+            if f & MAYBE:
+                src |= reach_grad[t]
+        dst = 0
+        for o in node.outputs:
+            dst |= to_output_grad[o]
+        pairs = {(i, j) for i in source_tensor if src >> i & 1 for j in output_tensor if dst >> j & 1}
+        if pairs:
+            out.setdefault(node.ref, Uncertain(node)).pairs |= pairs
+    return out
+
+
+def _uncertain_notes(uncertain: dict[OpRef, Uncertain]) -> list[str]:
+    """One note per known op type whose gradient could not be verified (unknown op types are findings)."""
+    by_type: dict[str, list[Uncertain]] = {}
+    for u in uncertain.values():
+        if u.node.known:
+            by_type.setdefault(u.node.ref.op_type, []).append(u)
+    return [f"whether a gradient passes {t} ({len(us)} op(s), e.g. '{us[0].node.ref.op_name}' in "
+            f"{us[0].node.ref.function}) cannot be verified here: {us[0].node.uncertain}; the pairs through it "
+            "are unknown" for t, us in sorted(by_type.items())]

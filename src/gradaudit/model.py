@@ -249,3 +249,12 @@ class Report:
         from .report.json_report import render
 
         return render(self, fail_on)
+
+
+def combined_verdict(reports, fail_on: str = "error", failed: bool = False) -> str:
+    """One verdict for several reports: `fail` when any fails (or a model could not be audited), else
+    `incomplete` when any is, else `pass`."""
+    verdicts = {r.verdict(fail_on) for r in reports}
+    if failed or "fail" in verdicts:
+        return "fail"
+    return "incomplete" if "incomplete" in verdicts else "pass"

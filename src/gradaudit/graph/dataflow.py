@@ -17,6 +17,9 @@ VALUE = 1  # the target's value depends on the source's value
 GRAD = 2  # a gradient reaching the target flows back to the source
 CONVERT = 4  # a non-float value enters a float result as data (Cast, Select condition)
 BACK = 8  # a While loop's carried value (body result back to body argument)
+# a gradient may flow back here, or not: the op's gradient cannot be known (an op type this TensorFlow does
+# not know, a gradient replica that cannot be built). Pairs whose paths need such an edge are "unknown".
+MAYBE = 16
 
 CALL_OPS = {"PartitionedCall", "StatefulPartitionedCall"}
 WHILE_OPS = {"While", "StatelessWhile", "_While"}
@@ -41,6 +44,8 @@ class OpNode:
     # does not depend on the incoming gradient)
     dead_inputs: tuple[int, ...] = ()
     known: bool = True
+    uncertain: str | None = None  # why whether a gradient passes this op cannot be known (MAYBE edges)
+    grad_error: str | None = None  # the registered gradient function raises: TensorFlow's message
 
 
 @dataclass
@@ -202,6 +207,8 @@ class DataflowBuilder:
             outs[node.name] = [g.new_node(d) for d in layouts[node.name].dtypes]
         if len(g.dtype) > self.max_nodes:
             raise MemoryError("graph too large to inline")
+        if unknown:
+            self._dtypes_from_consumers(nodes, outs, layouts, in_function)
         for node in nodes:
             inputs = []
             for ref in node.input:
@@ -210,6 +217,22 @@ class DataflowBuilder:
                     inputs.append(self._resolve_parsed(parsed, outs, layouts))
             self._wire_node(node, fname, inputs, outs[node.name], layouts[node.name])
         return outs, layouts
+
+    def _dtypes_from_consumers(self, nodes, outs, layouts, in_function: bool) -> None:
+        """The results of an op this TensorFlow does not know get their dtypes from the known ops that read
+        them: an integer result (token ids) then carries no gradient, a float one may."""
+        for node in nodes:
+            expected = self.lib.expected_input_dtypes(node)
+            if not expected:
+                continue
+            refs = [r for r in node.input if not r.startswith("^")]
+            for ref, dtype in zip(refs, expected):
+                parsed = _parse_ref(ref, in_function)
+                if parsed is None or parsed[0] not in layouts or layouts[parsed[0]].known or dtype == DT_INVALID:
+                    continue
+                t = self._resolve_parsed(parsed, outs, layouts)
+                if self.g.dtype[t] == DT_INVALID:
+                    self.g.dtype[t] = dtype
 
     def _resolve_parsed(self, parsed, outs, layouts: dict[str, OutputLayout]) -> int:
         name, arg, idx = parsed
@@ -287,17 +310,29 @@ class DataflowBuilder:
         op_id = g.new_node()
         value = 0 if op_type in METADATA_OPS else VALUE
         in_dtypes = tuple(g.dtype[t] for t in inputs)
+        out_dtypes = tuple(g.dtype[o] for o in outputs) if not layout.known else layout.dtypes
+        uncertain = grad_error = None
+        maybe = False  # float inputs get MAYBE edges: a gradient may pass, or not
         if not layout.known:
             kind, passes = None, (False,) * len(inputs)
+            uncertain, maybe = f"op type {op_type} is not known to this TensorFlow", True
         elif any(carries_gradient(d) for d in in_dtypes):
             info = self.oracle.info(op_type, in_dtypes, layout.dtypes, node.attr)
             kind, passes = info.kind, info.passes
+            if kind is GradKind.RAISES:
+                grad_error = info.reason
+            elif not info.verified:
+                uncertain, maybe, passes = info.reason, True, (False,) * len(inputs)
         else:
             kind, passes = registry_kind(op_type), (False,) * len(inputs)
+        if maybe and not any(carries_gradient(d) for d in out_dtypes):
+            maybe = False  # only integer, bool or string results: no gradient can come back through it
         conv = CONVERTING_INPUTS.get(op_type, ())
         op_inputs = []
         for i, t in enumerate(inputs):
             flags = value | (GRAD if passes[i] and carries_gradient(g.dtype[t]) else 0)
+            if maybe and value and carries_gradient(g.dtype[t]):
+                flags |= MAYBE
             if i in conv and not carries_gradient(g.dtype[t]):
                 flags |= CONVERT
             g.edge(t, op_id, flags)
@@ -305,7 +340,8 @@ class DataflowBuilder:
         for o in outputs:
             g.edge(op_id, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
             g.producer[o] = op_id
-        g.ops[op_id] = OpNode(ref, op_inputs, list(outputs), kind, known=layout.known)
+        g.ops[op_id] = OpNode(ref, op_inputs, list(outputs), kind, known=layout.known,
+                              uncertain=uncertain if maybe else None, grad_error=grad_error)
         if op_type == "Const" and outputs:
             value = _scalar_const(node)
             if value is not None:
@@ -313,7 +349,9 @@ class DataflowBuilder:
 
     def _wire_custom_gradient(self, node, ref, inputs, outputs, gradient_op_type) -> None:
         """A custom gradient: output k's gradient goes to the inputs its saved gradient function
-        makes depend on upstream gradient k (the function's results map to the last inputs).
+        makes depend on upstream gradient k. Which input each of the function's results is the gradient of
+        is recorded with the saved function (a None for each input that gets none, such as integer seeds);
+        without that record, the results are taken to belong to the last inputs.
         Each output gets a node of its own, because the gradient mapping differs per output."""
         g = self.g
         grad_fn = self.lib.registered_gradients.get(gradient_op_type)
@@ -331,10 +369,19 @@ class DataflowBuilder:
             dead = []
             if deps is not None and k < len(deps):
                 n_ret = len(deps[k])
+                positions = self.lib.gradient_result_inputs.get(grad_fn)
+                if positions is None or len(positions) != n_ret:
+                    positions = tuple(range(n_in - n_ret, n_in))
                 if n_ret == 0:  # the gradient function returns nothing: no input gets a gradient
                     dead = [t for i, t in enumerate(inputs) if i != k and carries_gradient(g.dtype[t])]
+                else:  # arguments the function gives None get no gradient from it; for tf.custom_gradient's
+                    # IdentityN the leading Nones are the forward results themselves (their gradient is the
+                    # custom one), so only Nones after the first given result are arguments left without one
+                    given = set(positions)
+                    dead = [t for i, t in enumerate(inputs) if i not in given and i > min(given)
+                            and carries_gradient(g.dtype[t])]
                 for j, dep in enumerate(deps[k]):
-                    idx = n_in - n_ret + j
+                    idx = positions[j]
                     if 0 <= idx < n_in and carries_gradient(g.dtype[inputs[idx]]):
                         if dep:
                             flags[inputs[idx]] |= GRAD

@@ -26,13 +26,15 @@ class GradKind(str, enum.Enum):
     REGISTERED = "registered"
     NOT_DIFFERENTIABLE = "not_differentiable"  # registered as None: tf.NotDifferentiable
     MISSING = "missing"  # no entry: differentiating raises LookupError
+    RAISES = "raises"  # registered, but the function raises when called (PreventGradient, some attrs/shapes)
 
 
 @dataclass(frozen=True)
 class GradInfo:
     kind: GradKind
     passes: tuple[bool, ...]  # per input: does a (non-zero) gradient reach it
-    verified: bool  # False when the replica could not be built and we assumed the gradient passes
+    verified: bool  # False when the replica could not be built: whether a gradient passes is not known
+    reason: str | None = None  # why not verified, or (RAISES) TensorFlow's message
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,6 +44,11 @@ def registry_kind(op_type: str) -> GradKind:
     except LookupError:
         return GradKind.MISSING
     return GradKind.NOT_DIFFERENTIABLE if fn is None else GradKind.REGISTERED
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {text[0][:200]}" if text else exc.__class__.__name__
 
 
 def _depends_on(tensor: tf.Tensor, targets: set) -> bool:
@@ -80,9 +87,11 @@ class GradientOracle:
         return found
 
     def _probe(self, op_type, in_dtypes, out_dtypes, attrs) -> GradInfo:
-        assumed = GradInfo(GradKind.REGISTERED, tuple(carries_gradient(d) for d in in_dtypes), False)
+        def unverified(reason: str) -> GradInfo:
+            return GradInfo(GradKind.REGISTERED, tuple(carries_gradient(d) for d in in_dtypes), False, reason)
+
         if DT_INVALID in in_dtypes or DT_INVALID in out_dtypes:
-            return assumed
+            return unverified("the dtypes of its inputs or outputs are not known here")
         grad_fn = ops._gradient_registry.lookup(op_type)  # noqa: SLF001
         graph = tf.Graph()
         try:
@@ -96,10 +105,18 @@ class GradientOracle:
                     attrs={k: attr_value_pb2.AttrValue.FromString(v.SerializeToString())
                            for k, v in clean.items()})
                 grads = [tf.compat.v1.placeholder(tf.dtypes.as_dtype(d)) for d in out_dtypes]
-                result = grad_fn(op, *grads)
-        except Exception as exc:  # noqa: BLE001 - any failure: fall back to the dtype rule
+        except Exception as exc:  # noqa: BLE001 - the replica says nothing about the gradient
             log.debug("gradient replica of %s failed: %s", op_type, exc)
-            return assumed
+            return unverified(f"a replica of the op cannot be built here ({_first_line(exc)})")
+        try:
+            with graph.as_default():
+                result = grad_fn(op, *grads)
+        except (LookupError, NotImplementedError) as exc:  # the gradient function refuses: training raises
+            return GradInfo(GradKind.RAISES, (False,) * len(in_dtypes), True, _first_line(exc))
+        except Exception as exc:  # noqa: BLE001 - may depend on shapes the replica does not have
+            log.debug("gradient function of %s failed on the replica: %s", op_type, exc)
+            return unverified(f"its registered gradient function fails on a replica without the saved "
+                              f"shapes ({_first_line(exc)})")
         if not isinstance(result, (list, tuple)):
             result = [result]
         # Only an incoming gradient on a float output can carry anything back.

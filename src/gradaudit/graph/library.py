@@ -67,6 +67,10 @@ class Library:
         # gradient_op_type -> name of the saved gradient function (tf.custom_gradient)
         self.registered_gradients: dict[str, str] = {
             g.registered_op_type: g.gradient_func for g in lib.registered_gradients}
+        # saved gradient function -> for each of its results, the input of the op it is the gradient of
+        # (TensorFlow records the function's results with a None for every input that gets no gradient;
+        # the FunctionDef itself keeps only the tensors). Filled from the object graph by the reader.
+        self.gradient_result_inputs: dict[str, tuple[int, ...]] = {}
         # legacy Defun-style gradients: function name -> gradient function name
         self.function_gradients: dict[str, str] = {g.function_name: g.gradient_func for g in lib.gradient}
         self._op_defs: dict[str, op_def_pb2.OpDef | None] = {}
@@ -100,6 +104,19 @@ class Library:
             offsets[arg.name] = len(dtypes)
             dtypes.extend(_arg_dtypes(node, op_def, arg))
         return OutputLayout(tuple(dtypes), offsets, True)
+
+    def expected_input_dtypes(self, node) -> list[int] | None:
+        """Flat dtypes `node` expects of its (non-control) inputs, from its OpDef or called function."""
+        fdef = self.functions.get(node.op)
+        if fdef is not None:
+            return _signature_dtypes(node, fdef.signature.input_arg)
+        op_def = self.op_def(node.op)
+        if op_def is None:
+            return None
+        out: list[int] = []
+        for arg in op_def.input_arg:
+            out.extend(_arg_dtypes(node, op_def, arg))
+        return [d - 100 if d > 100 else d for d in out]
 
     def input_dtypes(self, fdef: function_pb2.FunctionDef, call_node=None) -> list[int]:
         return _signature_dtypes(call_node, fdef.signature.input_arg) if call_node is not None else [

@@ -65,12 +65,21 @@ def run_numeric_function(fn, sources: list[Source], outputs: list[Output], flow:
 
 
 def _guarded(run: Callable[[], NumericOutcome]) -> NumericOutcome:
+    """A model that cannot load, run or be differentiated gives results inside `run`; anything else that
+    escapes is gradaudit's own failure, said to be one (never an `error` row under a passing verdict)."""
+    import tensorflow as tf
+
+    from ..errors import InternalError
     from .runner import describe
 
     try:
         return run()
-    except Exception as exc:  # an internal error must not take the static report down with it
+    except InternalError:
+        raise
+    except tf.errors.OpError as exc:  # the model failed while running: these checks could not be made
         reason = f"numeric checks stopped: {describe(exc)}"
         return NumericOutcome(
             [NumericResult(source="*", output="*", status="error", rel_error=None, step=None, dtype=None,
-                           evaluations=0, reason=reason)], [], [reason])
+                           evaluations=0, reason=reason)], [], [])
+    except Exception as exc:  # noqa: BLE001 - re-raised as gradaudit's failure
+        raise InternalError("running the numeric checks", exc) from exc

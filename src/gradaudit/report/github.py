@@ -35,6 +35,8 @@ def _finding(report: Report, f: Finding) -> str:
 def _lines(report: Report, fail_on: str) -> list[str]:
     c = report.summary()
     lines = [_finding(report, f) for f in report.findings if not f.suppressed]
+    lines += [annotation("warning", f"not checked: {line}", display_path(graph_file(report)),
+                         f"gradaudit: audit incomplete [{report.target.signature}]") for line in report.incomplete]
     lines.append(f"gradaudit: {model_label(report)}: {report.verdict(fail_on)} ({c['error']} error(s), "
                  f"{c['warning']} warning(s), {c['info']} info, "
                  f"{sum(1 for f in report.findings if f.suppressed)} suppressed; fail-on: {fail_on})")

@@ -6,7 +6,7 @@ import json
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..model import Report
+from ..model import Report, combined_verdict
 
 if TYPE_CHECKING:
     from ..batch import AuditFailure
@@ -41,6 +41,7 @@ def to_dict(report: Report, fail_on: str = "error") -> dict[str, Any]:
         "numeric": [n.to_dict() for n in report.numeric],
         "stability": [s.to_dict() for s in report.stability],
         "notes": list(report.notes),
+        "incomplete": list(report.incomplete),
         "seed": report.seed,
         "paths": [p.to_dict() for p in report.paths],
     }
@@ -62,7 +63,7 @@ def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Seq
             total[k] += v
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "tool": tool_info(),
-        "verdict": "fail" if failures or any(r.fails(fail_on) for r in reports) else "pass",
+        "verdict": combined_verdict(reports, fail_on, bool(failures)),
         "summary": total, "reports": [to_dict(r, fail_on) for r in reports]}
     if failures:
         doc["errors"] = [{"path": f.path, "error": f.error} for f in failures]

@@ -70,6 +70,8 @@ def _suite(report: Report, fail_on: str) -> ET.Element:
             subject = where(f) or ", ".join(f.sources + f.outputs) or report.target.signature or "model"
             _case(suite, f"{label}.findings", f"{f.code} {f.rule}: {subject}", file, [f], fail_on, [])
 
+    for line in report.incomplete:  # a requested check that did not run is an error case, never a pass
+        _case(suite, f"{label}.incomplete", line.split(":")[0], file, [], fail_on, [], error=f"not checked: {line}")
     if report.notes:
         ET.SubElement(suite, "system-out").text = "\n".join(f"note: {n}" for n in report.notes)
     return suite

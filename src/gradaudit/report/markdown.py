@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Sequence
 
-from ..model import Finding, FlowEntry, OpRef, Report, Severity
+from ..model import Finding, FlowEntry, OpRef, Report, Severity, combined_verdict
 from .common import display_path, model_label
 from .terminal import MAX_ROWS
 
@@ -34,13 +34,15 @@ def _counts(report: Report) -> str:
     return ", ".join(f"**{p}**" if not p.startswith("0 ") else p for p in parts)
 
 
-def _verdict(failed: bool) -> str:
-    return "❌ fail" if failed else "✅ pass"
+def _verdict(verdict: str) -> str:
+    return {"fail": "❌ fail", "incomplete": "⚠️ incomplete", "pass": "✅ pass"}[verdict]
 
 
 def _cell(entry: FlowEntry | None) -> str:
     if entry is None:
         return ""
+    if entry.status == "unknown":
+        return "❓ unknown: " + _esc(", ".join(sorted({r.op_type for r in entry.unknown_by})) or "?")
     if entry.status == "blocked":
         return "❌ blocked: " + _esc(", ".join(sorted({c.op.op_type for c in entry.blocked_by})) or "?")
     return "✅ connected" if entry.status == "connected" else "no path"
@@ -112,7 +114,7 @@ def mermaid(f: Finding, sources: Sequence[str], outputs: Sequence[str]) -> list[
 
 def _section(report: Report, fail_on: str, level: str) -> list[str]:
     t = report.target
-    out = [f"{level} {_verdict(report.fails(fail_on))} {_code(display_path(t.path))}"
+    out = [f"{level} {_verdict(report.verdict(fail_on))} {_code(display_path(t.path))}"
            + (f" signature {_code(t.signature)}" if t.signature else ""), ""]
     statuses = Counter(f.status for f in report.flow)
     flow = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
@@ -137,6 +139,7 @@ def _section(report: Report, fail_on: str, level: str) -> list[str]:
         out += [f"- {f.code} {_code(f.rule)}: {_esc(f.message)} ({_esc(f.suppressed or '')})" for f in suppressed]
         out += ["", "</details>", ""]
     out += [f"> note: {_esc(n)}" for n in report.notes]
+    out += [f"> **not checked:** {_esc(n)}" for n in report.incomplete]
     return out
 
 
@@ -145,13 +148,13 @@ def render(report: Report, fail_on: str = "error") -> str:
 
 
 def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[AuditFailure] = ()) -> str:
-    failed = bool(failures) or any(r.fails(fail_on) for r in reports)
-    out = [f"## {_verdict(failed)} gradaudit: {len(reports)} audited, {len(failures)} not audited", "",
+    verdict = combined_verdict(reports, fail_on, bool(failures))
+    out = [f"## {_verdict(verdict)} gradaudit: {len(reports)} audited, {len(failures)} not audited", "",
            "| model | verdict | errors | warnings | info | blocked pairs |", "| --- | --- | --- | --- | --- | --- |"]
     for r in reports:
         c = r.summary()
         blocked = sum(f.status == "blocked" for f in r.flow)
-        out.append(f"| {_code(model_label(r))} | {_verdict(r.fails(fail_on))} | {c['error']} | {c['warning']} "
+        out.append(f"| {_code(model_label(r))} | {_verdict(r.verdict(fail_on))} | {c['error']} | {c['warning']} "
                    f"| {c['info']} | {blocked} |")
     for f in failures:
         out.append(f"| {_code(display_path(f.path))} | 💥 not audited: {_esc(f.error)} | | | | |")

@@ -120,6 +120,8 @@ def to_dict(reports: Sequence[Report], fail_on: str = "error",
     notifications = [_notification("error", f.error, f.path) for f in failures]
     notifications += [_notification("note", f"{display_path(r.target.path)}: {note}", r.target.path)
                       for r in reports for note in r.notes]
+    notifications += [_notification("warning", f"{display_path(r.target.path)}: not checked: {line}", r.target.path)
+                      for r in reports for line in r.incomplete]
     # Every audited graph file, so that a clean model is seen to have been audited.
     artifacts = [{"location": _artifact(path), "roles": ["analysisTarget"]}
                  for path in dict.fromkeys(graph_file(r) for r in reports)]

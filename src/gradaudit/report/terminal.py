@@ -159,8 +159,13 @@ def renderables(report: Report, fail_on: str = "error") -> list[RenderableType]:
         parts.append(_stability_table(report))
     for note in report.notes:
         parts.append(Text("note: " + note, style="yellow"))
+    for line in report.incomplete:
+        parts.append(Text("not checked: " + line, style="bold yellow"))
     parts.append(verdict_line(report, fail_on))
     return parts
+
+
+VERDICT_STYLE = {"fail": "bold red", "incomplete": "bold yellow", "pass": "bold green"}
 
 
 def verdict_line(report: Report, fail_on: str = "error") -> Text:
@@ -169,7 +174,7 @@ def verdict_line(report: Report, fail_on: str = "error") -> Text:
     statuses = Counter(f.status for f in report.flow)
     flow = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
     verdict = report.verdict(fail_on)
-    return Text.assemble((f"{verdict.upper()}", "bold red" if verdict == "fail" else "bold green"),
+    return Text.assemble((f"{verdict.upper()}", VERDICT_STYLE[verdict]),
                          f": {counts}; flow: {flow or 'none'} (fail-on: {fail_on})")
 
 
@@ -182,7 +187,7 @@ def summary_table(reports: Sequence[Report], fail_on: str = "error",
     for r in reports:
         c, verdict = r.summary(), r.verdict(fail_on)
         # Text, not str: rich would read "[serving_default]" as markup and drop it.
-        style = "bold red" if verdict == "fail" else "bold green"
+        style = VERDICT_STYLE[verdict]
         table.add_row(Text(model_label(r)), Text(verdict.upper(), style=style),
                       str(c["error"]), str(c["warning"]), str(c["info"]),
                       str(sum(1 for f in r.findings if f.suppressed)),

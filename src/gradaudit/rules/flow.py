@@ -218,31 +218,99 @@ class DisconnectedSource:
     """
 
 
-@rule("GA109", "unknown-op", Severity.WARNING,
-      fix="Load the custom op library (tf.load_op_library) before auditing, or audit in the "
-          "environment that serves the model.")
+@rule("GA109", "unknown-op", Severity.ERROR,
+      fix="Load the package or library that defines the op before auditing: --load-ops PACKAGE (a Python "
+          "package such as tensorflow_text) or --load-ops path/to/ops.so (tf.load_op_library).")
 class UnknownOp:
-    """An op type TensorFlow does not know here (a custom op library that is not loaded).
+    """An op type this TensorFlow does not know lies on a float path (a custom op whose package is not loaded).
 
     ## What it does
-    Reports ops whose type is not in this TensorFlow's op registry. Their outputs and
-    gradients cannot be analysed; paths through them are treated as cut.
+    Reports ops whose type is not in this TensorFlow's op registry. Whether a gradient passes
+    them depends on the package that defines them (it may register one, or none), so every
+    (source, output) pair whose float path runs through one has the status `unknown`: an
+    error, because the audit cannot vouch for the model. Unknown ops that touch only string or
+    integer paths (tokenizers, lookups) decide no gradient: they are listed in one info line.
 
     ## Why is this bad?
-    The model cannot run here, and whether it is differentiable depends on the op library.
+    Neither "connected" nor "blocked" can be said: a decision-forest inference op has no
+    gradient at all, a text op's package may register one. The model cannot run here either.
 
     ## Example
-    A model exported with `tf.load_op_library("my_ops.so")` loaded.
+    A model exported with `import tensorflow_decision_forests` or
+    `tf.load_op_library("my_ops.so")`, audited where that package is not imported.
 
     ## Use instead
-    Load the op library first, or replace the custom op.
+    `gradaudit MODEL --load-ops tensorflow_decision_forests` (or `--load-ops my_ops.so`), so the op
+    and its gradient are known and the pairs get real statuses.
+    """
+
+
+@rule("GA110", "gradient-raises", Severity.ERROR,
+      fix="Replace the op on the differentiated path, or give it a gradient that works for these attributes "
+          "(tf.custom_gradient); tf.raw_ops.PreventGradient is meant to make differentiation fail.")
+class GradientRaises:
+    """An op's registered gradient function raises when it is called: differentiating through it fails.
+
+    ## What it does
+    Calls the gradient TensorFlow registered for the op on a replica with the saved attributes.
+    When it raises `LookupError` or `NotImplementedError` (`PreventGradient`, gradient functions
+    that refuse some attributes), the op cuts every path through it, and TensorFlow's message is
+    quoted.
+
+    ## Why is this bad?
+    "Registered" does not mean "differentiable": training raises at the first `tape.gradient`
+    that reaches the op, and with a loaded model the call itself raises.
+
+    ## Example
+    ```python
+    y = tf.raw_ops.PreventGradient(input=x * w, message="not for training")
+    ```
+
+    ## Use instead
+    A differentiable formulation, or `tf.stop_gradient` where a cut is intended.
     """
 
 
 RULES: tuple[Rule, ...] = (
     NoGradient, NotDifferentiable, ZeroGradient, IntegerPath, PyFunction, StopGradient,
-    CustomGradient, DisconnectedSource, UnknownOp,
+    CustomGradient, DisconnectedSource, UnknownOp, GradientRaises,
 )
+
+# Op type prefixes of well-known op libraries: the package --load-ops should import.
+OP_PACKAGES: tuple[tuple[str, str], ...] = (
+    ("SimpleML", "tensorflow_decision_forests"),
+    ("YggdrasilDecisionForest", "tensorflow_decision_forests"),
+    ("YggdrasilModel", "tensorflow_decision_forests"),
+    ("Addons>", "tensorflow_addons"),
+    ("IO>", "tensorflow_io"),
+    ("Scann", "scann"),
+    ("Sentencepiece", "tensorflow_text (or sentencepiece)"),
+    ("WhitespaceTokenize", "tensorflow_text"),
+    ("UnicodeScriptTokenize", "tensorflow_text"),
+    ("WordpieceTokenize", "tensorflow_text"),
+    ("FastWordpiece", "tensorflow_text"),
+    ("FastBertNormalize", "tensorflow_text"),
+    ("RegexSplitWithOffsets", "tensorflow_text"),
+    ("NormalizeUTF8", "tensorflow_text"),
+    ("SplitMergeTokenize", "tensorflow_text"),
+    ("TFText>", "tensorflow_text"),
+    ("Mst", "tensorflow_text"),
+    ("ConstrainedSequence", "tensorflow_text"),
+    ("SentenceFragments", "tensorflow_text"),
+    ("UnicodeNormalize", "tensorflow_text"),
+    ("BoiseOffset", "tensorflow_text"),
+    ("RoundRobin", "tensorflow_text"),
+    ("Ngrams", "tensorflow_text"),
+    ("SequenceStringProjection", "tensorflow_text / tf-models"),
+)
+
+
+def op_package(op_type: str) -> str | None:
+    """The package that defines a well-known custom op type, if its name tells."""
+    for prefix, package in OP_PACKAGES:
+        if op_type.startswith(prefix):
+            return package
+    return None
 
 
 # -- detection ------------------------------------------------------------------------------
@@ -260,6 +328,7 @@ _REASONS = {
                             "output depends on, None, zeros or a value that ignores the incoming gradient "
                             "dy: that gradient is always zero or wrong",
     "unknown-op": "op type {t} is not registered in this TensorFlow",
+    "gradient-raises": "the gradient function TensorFlow registered for {t} raises when called ({err})",
 }
 
 
@@ -289,7 +358,7 @@ def check(analysis) -> list:
         dead = cut.rule == "custom-gradient" and cut.node.custom_gradient_saved
         reason = _REASONS["custom-gradient-dead" if dead else cut.rule].format(
             t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
-            fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"))
+            fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error)
         how = ("cuts the gradient" if cut.blocked_pairs else
                "cuts one path of the gradient (other paths may still carry one)")
         msg = f"{where(ref)}: {reason}; it {how} from {_names(srcs)} to {_names(outs)}"
@@ -310,12 +379,6 @@ def check(analysis) -> list:
                 "neither run nor differentiate it", op=ref,
                 sources=analysis.source_names(src), outputs=analysis.output_names(out)))
             reported.add(("py-function", ref))
-        elif not node.known and ("unknown-op", ref) not in reported:
-            src, out = analysis.op_masks(node)
-            findings.append(UnknownOp.finding(
-                f"{where(ref)}: {_REASONS['unknown-op'].format(t=ref.op_type)}; paths through it are "
-                "treated as cut", op=ref, sources=analysis.source_names(src), outputs=analysis.output_names(out)))
-            reported.add(("unknown-op", ref))
         elif node.custom_gradient and node.custom_gradient_saved and ("custom-gradient", ref) not in reported:
             src, out = analysis.op_masks(node, grad=True)
             if src and out:
@@ -327,6 +390,8 @@ def check(analysis) -> list:
                     fix="Nothing to do if the numeric checks pass: they compare it with finite differences "
                         "(use --order 2 for its second derivative)."))
                 reported.add(("custom-gradient", ref))
+
+    findings += _unknown_op_findings(analysis, reported, where)
 
     out_value = 0
     for t in analysis.output_tensor.values():
@@ -346,3 +411,39 @@ def check(analysis) -> list:
             "from it", sources=[v.name]))
     return findings
 
+
+
+def _unknown_op_findings(analysis, reported: set, where) -> list:
+    """An error per unknown op on a float path of a pair (that pair is `unknown`); one info line for all the
+    unknown ops that touch only string or integer paths and so decide no gradient."""
+    findings = []
+    idle: dict[str, int] = {}
+    for node in analysis.graph.ops.values():
+        ref = node.ref
+        if node.known or ("unknown-op", ref) in reported or ("integer-path", ref) in reported:
+            continue
+        u = analysis.uncertain.get(ref)
+        if u is None:
+            idle[ref.op_type] = idle.get(ref.op_type, 0) + 1
+            continue
+        srcs = analysis.source_names(sum({1 << i for i, _ in u.pairs}))
+        outs = analysis.output_names(sum({1 << j for _, j in u.pairs}))
+        package = op_package(ref.op_type)
+        load = f"--load-ops {package.split(' ')[0]}" if package else "--load-ops PACKAGE_OR_LIBRARY.so"
+        origin = f" (it comes from {package})" if package else ""
+        findings.append(UnknownOp.finding(
+            f"{where(ref)}: {_REASONS['unknown-op'].format(t=ref.op_type)}{origin}; it lies on the float path "
+            f"from {_names(srcs)} to {_names(outs)}, so whether a gradient flows there cannot be known "
+            f"(status unknown); {load} makes it known", op=ref, sources=srcs, outputs=outs,
+            fix=f"Audit with {load}, so that the op and the gradient its package registers (or does not) are "
+                "known."))
+        reported.add(("unknown-op", ref))
+    if idle:
+        kinds = ", ".join(f"{t} ({n})" if n > 1 else t for t, n in sorted(idle.items()))
+        packages = sorted({p for t in idle if (p := op_package(t))})
+        findings.append(UnknownOp.finding(
+            f"{sum(idle.values())} op(s) of type(s) this TensorFlow does not know touch only string, integer or "
+            f"unused paths and decide no gradient: {kinds}"
+            + (f" (from {', '.join(packages)})" if packages else ""), severity=Severity.INFO,
+            fix="Nothing to do for the gradient; --load-ops PACKAGE lets the numeric checks run the model."))
+    return findings

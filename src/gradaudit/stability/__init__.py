@@ -28,6 +28,7 @@ class StabilityOutcome:
     numeric: list[NumericResult] = field(default_factory=list)  # second-order checks
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    stopped: str | None = None  # TensorFlow's reason when running the model stopped the probes
     # (code, op, message) of a static hazard finding -> what the probes saw fail there
     confirmations: dict[tuple[str, OpRef | None, str], str] = field(default_factory=dict)
 
@@ -46,14 +47,26 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
     `analysis` is the static pass's StaticAnalysis: its sources, flow and graph (to name ops) and the
     hazards to confirm. A model that cannot run gives notes, never an exception.
     """
-    from ..numeric.runner import describe
+    from ..errors import InternalError
 
     outcome = StabilityOutcome()
     try:
         _run(model_dir, tags, signature, analysis, options, outcome)
-    except Exception as exc:  # noqa: BLE001 - an internal error must not take the report down with it
-        outcome.notes.append(f"Stability probes stopped: {describe(exc)}")
+    except InternalError:
+        raise
+    except tf_errors() as exc:  # the model failed while running: it could not be probed
+        from ..numeric.runner import describe
+
+        outcome.stopped = describe(exc)
+    except Exception as exc:  # noqa: BLE001 - gradaudit's own failure, said to be one (never a pass)
+        raise InternalError("running the stability probes", exc) from exc
     return outcome
+
+
+def tf_errors() -> type[BaseException]:
+    import tensorflow as tf
+
+    return tf.errors.OpError
 
 
 def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:

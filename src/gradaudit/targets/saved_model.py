@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from google.protobuf import message, text_format
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
@@ -65,6 +65,29 @@ def closure(graph_def, tensors: list[str], control: bool = False) -> list:
     return [n for n in graph_def.node if n.name in keep]
 
 
+def _given_positions(structure) -> tuple[int, ...]:
+    """Positions of the tensors in a saved function's recorded (flattened) result structure, where None
+    marks an input of the op that gets no gradient."""
+    leaves: list[bool] = []
+
+    def walk(value) -> None:
+        kind = value.WhichOneof("kind")
+        if kind in ("list_value", "tuple_value"):
+            for v in getattr(value, kind).values:
+                walk(v)
+        elif kind == "dict_value":
+            for key in sorted(value.dict_value.fields):
+                walk(value.dict_value.fields[key])
+        elif kind == "named_tuple_value":
+            for pair in value.named_tuple_value.values:
+                walk(pair.value)
+        else:
+            leaves.append(kind != "none_value")
+
+    walk(structure)
+    return tuple(i for i, tensor in enumerate(leaves) if tensor)
+
+
 class SavedModelFile:
     def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
         self.path = path
@@ -73,6 +96,10 @@ class SavedModelFile:
         self.library = Library(self.graph_def)
         self.object_graph = self.meta_graph.object_graph_def
         self._nodes = {n.name: n for n in self.graph_def.node}
+        for fn in self.library.registered_gradients.values():
+            cf = self.object_graph.concrete_functions.get(fn)
+            if cf is not None and cf.HasField("output_signature"):
+                self.library.gradient_result_inputs[fn] = _given_positions(cf.output_signature)
 
     # -- loading ---------------------------------------------------------------------------
     @staticmethod
@@ -114,16 +141,40 @@ class SavedModelFile:
     def signature_keys(self) -> list[str]:
         return [k for k in self.meta_graph.signature_def if k != INIT_OP_KEY]
 
-    def saved_functions(self) -> list[str]:
-        """Concrete functions the object graph exposes (for models saved without signatures)."""
-        names = []
-        for node in self.object_graph.nodes:
+    def saved_functions(self) -> dict[str, str]:
+        """Concrete functions the object graph exposes (for models saved without signatures), by their
+        stable name: the attribute path from the root object (`decode`, `encoder.decode`), which does not
+        change between exports as the generated `__inference_decode_22` does. A tf.function traced more
+        than once gives `decode#0`, `decode#1`, ... in the saved order."""
+        nodes = self.object_graph.nodes
+        if not nodes:
+            return {}
+        paths: dict[int, str] = {0: ""}
+        queue = [0]
+        while queue:  # breadth first: the shortest attribute path names a node reachable several ways
+            i = queue.pop(0)
+            for child in nodes[i].children:
+                if child.node_id not in paths and child.node_id < len(nodes):
+                    paths[child.node_id] = f"{paths[i]}.{child.local_name}" if paths[i] else child.local_name
+                    queue.append(child.node_id)
+        out: dict[str, str] = {}
+        for i, path in sorted(paths.items(), key=lambda kv: kv[1]):
+            node = nodes[i]
             kind = node.WhichOneof("kind")
             if kind == "function":
-                names.extend(node.function.concrete_functions)
+                names = [n for n in node.function.concrete_functions if n in self.library.functions]
             elif kind == "bare_concrete_function":
-                names.append(node.bare_concrete_function.concrete_function_name)
-        return [n for n in dict.fromkeys(names) if n in self.library.functions]
+                names = [node.bare_concrete_function.concrete_function_name]
+                names = [n for n in names if n in self.library.functions]
+            else:
+                continue
+            if not path or path.startswith(("signatures.", "_")) or ".__" in path:
+                continue  # signature wrappers and Keras/TF internals are not the model's entry points
+            for k, name in enumerate(names):
+                key = path if len(names) == 1 else f"{path}#{k}"
+                if name not in out.values():
+                    out[key] = name
+        return out
 
     def all_variables(self) -> list[VariableInfo]:
         out = []
@@ -137,14 +188,16 @@ class SavedModelFile:
         sigs = self.meta_graph.signature_def
         if key in sigs and key != INIT_OP_KEY:
             return self._signature_graph(key, sigs[key])
+        funcs = self.saved_functions()
+        if key in funcs:
+            return replace(self._function_graph(funcs[key]), key=key)
         if key in self.library.functions:
             return self._function_graph(key)
         keys = self.signature_keys()
         if keys:
             raise GradauditError(f"no signature {key!r}; this model has: {', '.join(keys)} (use --signature)")
-        funcs = self.saved_functions()
-        hint = (f"pass --signature with one of its saved functions: {', '.join(funcs)}" if funcs
-                else "it has no saved functions either")
+        hint = (f"pass --signature with one of its saved functions ({', '.join(funcs)}) or use --all-signatures"
+                if funcs else "it has no saved functions either")
         raise GradauditError(f"{self.path}: this model has no signatures; {hint}")
 
     def _variable_of_object(self, node_id: int) -> VariableInfo | None:
