@@ -18,6 +18,7 @@ class Rule:
     summary: str
     doc: str
     fix: str  # the default fix hint a finding carries
+    blocks_execution: bool = False  # a finding of this rule: nothing of the model runs without --allow-unsafe-ops
 
     def finding(
         self,
@@ -41,12 +42,13 @@ class Rule:
         )
 
 
-def rule(code: str, slug: str, severity: Severity, fix: str):
+def rule(code: str, slug: str, severity: Severity, fix: str, blocks_execution: bool = False):
     """Class decorator: the class docstring is the rule's documentation, its first line the summary."""
 
     def make(cls: type) -> Rule:
         doc = inspect.cleandoc(cls.__doc__ or "")
         return Rule(code=code, slug=slug, severity=severity,
-                    summary=doc.splitlines()[0] if doc else slug, doc=doc, fix=fix)
+                    summary=doc.splitlines()[0] if doc else slug, doc=doc, fix=fix,
+                    blocks_execution=blocks_execution)
 
     return make

@@ -1,45 +1,29 @@
-"""GA4xx: safety. Ops that touch the file system, the network, the process or Python, found before
-anything of the model is executed."""
+"""GA4xx: safety. What TensorFlow would run, checked against a reviewed allowlist of pure computation before
+anything of the model is executed; the detection is the safety gate's (gradaudit.safety)."""
 
 from __future__ import annotations
 
-from ..model import Finding, Severity
+from ..model import Finding, OpRef, Severity
 from .base import Rule, rule
-
-FILE_OPS = {
-    "ReadFile", "WriteFile", "MatchingFiles", "Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2",
-    "RestoreSlice", "MergeV2Checkpoints", "ImmutableConst", "LoadAndRemapMatrix", "GenerateVocabRemapping",
-    "WholeFileReader", "WholeFileReaderV2", "TextLineReader", "TextLineReaderV2", "TFRecordReader",
-    "TFRecordReaderV2", "FixedLengthRecordReader", "FixedLengthRecordReaderV2", "LMDBReader",
-    "TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset", "FixedLengthRecordDataset",
-    "FixedLengthRecordDatasetV2", "CSVDataset", "CSVDatasetV2", "ExperimentalCSVDataset", "LMDBDataset",
-    "ExperimentalLMDBDataset", "SqlDataset", "ExperimentalSqlDataset", "SnapshotDataset", "SnapshotDatasetV2",
-    "SaveDataset", "SaveDatasetV2", "ExperimentalSaveDataset", "LoadDataset", "ExperimentalLoadDataset",
-    "CreateSummaryFileWriter", "CreateSummaryDbWriter", "WriteSummary", "WriteScalarSummary",
-    "WriteHistogramSummary", "WriteImageSummary", "WriteAudioSummary", "WriteRawProtoSummary",
-    "WriteGraphSummary", "ImportEvent", "DebugIdentity", "DebugIdentityV2", "DebugIdentityV3",
-    "DebugNanCount", "DebugNumericSummary", "DebugNumericSummaryV2",
-}
-# Reading a vocabulary file is how lookup tables are initialised; it is safe when the file is one of
-# the model's own assets (the loader points it inside the model folder).
-TABLE_FILE_OPS = {"InitializeTableFromTextFile", "InitializeTableFromTextFileV2"}
-NETWORK_OPS = {"RpcClient", "RpcCall", "RpcServer", "Rpc", "TryRpc", "DataServiceDataset",
-               "DataServiceDatasetV2", "DataServiceDatasetV3", "DataServiceDatasetV4", "RegisterDataset",
-               "RegisterDatasetV2", "GcsConfigureCredentials", "GcsConfigureBlockCache"}
-PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 
 
 @rule("GA401", "unsafe-op", Severity.ERROR,
       fix="Only run this model if you trust where it came from (--allow-unsafe-ops); remove file, "
-          "network and Python ops from serving signatures and initializers.")
+          "network, process and Python ops from signatures, initializers and saved gradients.",
+      blocks_execution=True)
 class UnsafeOp:
-    """An op that touches files, the network or Python runs when the model is loaded or called.
+    """An op that touches files, the network, the process or Python would run when the model is loaded or called.
 
     ## What it does
-    Walks the audited signature, the model initializer (`__saved_model_init_op`) and the resource
-    initializers (lookup tables) for ops such as `ReadFile`, `WriteFile`, `MatchingFiles`, dataset
-    readers, summary writers, `PrintV2` to a file, `Save`/`Restore` outside the saver's own functions,
-    RPC ops and `PyFunc`. The saver's `_traced_save`/`_traced_restore` functions are not findings.
+    Walks everything TensorFlow runs: the audited signature and every function reachable from it (calls,
+    loops, branches, dataset functions, any op's function attributes), saved custom gradients, the model
+    initializer, resource creator, initializer and destroyer functions, saveable objects' save and restore
+    functions, the saver's restore op, and for TF1 models the main, legacy-init and table-initializer
+    collections. Each op's type is looked up in gradaudit's classification of TensorFlow's op registry;
+    `io`, `network`, `process` and `python` ops are this finding (`WriteFile`, `ReadFile`, dataset caches,
+    snapshots and TFRecord writers, summary writers, `PrintV2` to a file, RPC and collective ops, `PyFunc`).
+    Two reads are expected and are not findings: the saver's `RestoreV2` of the file name the loader feeds
+    (the model's own `variables/`), and a lookup table reading one of the model's own assets.
 
     ## Why is this bad?
     A SavedModel is a program: loading or calling it runs these ops with your permissions. When one is
@@ -59,48 +43,83 @@ class UnsafeOp:
     """
 
 
-RULES: tuple[Rule, ...] = (UnsafeOp,)
+@rule("GA402", "unproven-op", Severity.WARNING,
+      fix="If you trust the model, --allow-unsafe-ops runs the numeric checks anyway; if the op is pure "
+          "computation, ask for it to be added to gradaudit's reviewed op list.", blocks_execution=True)
+class UnprovenOp:
+    """An op that is not proven harmless would run, so gradaudit ran nothing of the model.
+
+    ## What it does
+    Reports ops, reachable from what TensorFlow runs (see `unsafe-op`), whose type is not on gradaudit's
+    reviewed allowlist of pure computation: ops that can block forever or share state across sessions
+    (queues, barriers, staging areas, mutexes), TPU and XLA host ops, compiled modules (`XlaCallModule`),
+    ops of a newer TensorFlow that the list does not classify yet, and op types TensorFlow does not know
+    (a custom op whose library is not loaded).
+
+    ## Why is this bad?
+    gradaudit only executes a model when it has shown that every op it would run computes on tensors in
+    memory. For these ops it cannot show that, so the numeric checks and stability probes did not run and
+    the audit rests on the static pass alone. It is a warning, not a proof of harm.
+
+    ## Example
+    ```python
+    q = tf.queue.FIFOQueue(1, tf.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def serve(x):
+        q.enqueue(tf.reduce_sum(x))
+        return x * q.dequeue()  # blocks forever if nothing was enqueued
+    ```
+
+    ## Use instead
+    Export the serving computation without queues, staging areas or custom ops, or pass
+    `--allow-unsafe-ops` for a model you trust.
+    """
 
 
-def _why(node, has_assets: bool) -> str | None:
-    op = node.op
-    if op in FILE_OPS:
-        return "reads or writes files"
-    if op in TABLE_FILE_OPS and not has_assets:
-        return "reads a file that is not one of the model's assets"
-    if op in NETWORK_OPS:
-        return "talks to the network"
-    if op in PYTHON_OPS:
-        return "runs Python code"
-    if op in ("PrintV2", "Print") and "output_stream" in node.attr:
-        stream = node.attr["output_stream"].s.decode(errors="replace")
-        if stream.startswith("file://"):
-            return f"prints to a file ({stream})"
-    return None
+@rule("GA403", "unsafe-asset", Severity.ERROR,
+      fix="Keep every asset a regular file inside the model's assets/ folder; never point an asset at an "
+          "absolute path, a `..` path or a symlink that leaves the folder.", blocks_execution=True)
+class UnsafeAsset:
+    """A file of the model (an asset, or any file the loader reads) lies outside the model folder or is special.
+
+    ## What it does
+    Checks, before anything is opened, every asset the meta graph lists and every entry of the model folder:
+    an asset file name that is absolute or holds `..`, a symlink that resolves outside the model folder,
+    and a file that is not a regular file (a FIFO, a device such as `/dev/zero`) are this finding. gradaudit
+    never opens such a path and executes nothing of the model.
+
+    ## Why is this bad?
+    TensorFlow's loader joins asset names to the model folder and hands them to the graph, which reads them:
+    an asset named `/home/you/.ssh/id_rsa` or `../../secret` makes loading read a file outside the model,
+    and an asset linked to `/dev/zero` makes any copy of the model fill the disk.
+
+    ## Example
+    ```text
+    model/assets/vocab.txt -> /etc/passwd
+    ```
+
+    ## Use instead
+    Copy the asset file into `assets/` when you export (tf.saved_model.save does this for `tf.saved_model.Asset`).
+    """
 
 
-def unsafe_findings(model, signature_nodes, signature_function, signature_label: str) -> list[Finding]:
-    """unsafe-op findings for a SavedModel: the signature, the init op and resource initializers."""
-    from ..graph.walk import walk_ops
+RULES: tuple[Rule, ...] = (UnsafeOp, UnprovenOp, UnsafeAsset)
 
-    roots = [(signature_label, signature_nodes, signature_function)] + model.initializer_roots()
-    has_assets = model.has_assets()
-    findings, seen = [], set()
-    for label, nodes, where in roots:
-        for ref, node in walk_ops(model.library, nodes, where):
-            why = _why(node, has_assets)
-            if why and ref not in seen:
-                seen.add(ref)
-                findings.append(UnsafeOp.finding(
-                    f"{ref.op_type} '{ref.op_name}' in {ref.function} {why}; it is reachable from {label}",
-                    op=ref))
+
+def unsafe_findings(model, sig) -> list[Finding]:
+    """unsafe-op and unproven-op findings for what TensorFlow runs for `sig`, and unsafe-asset findings."""
+    from ..safety import assets, gate
+
+    findings = []
+    for v in gate.check(model, sig):
+        target = UnsafeOp if v.cls in ("io", "network", "process", "python") else UnprovenOp
+        findings.append(target.finding(
+            f"{v.op.op_type} '{v.op.op_name}' in {v.op.function} {v.why}; it runs from {v.root}", op=v.op))
+    findings.extend(UnsafeAsset.finding(p.message, op=OpRef("asset", p.name, "<assets>"))
+                    for p in assets.check(model))
     return findings
 
 
 def check(analysis) -> list[Finding]:
-    sig = analysis.signature
-    if sig.nodes is not None:
-        nodes, where = sig.nodes, sig.where
-    else:
-        nodes, where = analysis.model.library.functions[sig.function].node_def, sig.function
-    return unsafe_findings(analysis.model, nodes, where, f"signature {sig.key!r}")
+    return unsafe_findings(analysis.model, analysis.signature)

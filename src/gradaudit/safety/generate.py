@@ -98,6 +98,9 @@ EXPLICIT.update(dict.fromkeys([
     "DTensorAllScatter", "DTensorAllToAll", "DTensorReduceScatter", "XlaSendToHost", "XlaRecvFromHost",
     "_XlaSendFromHost", "_XlaSendFromHostV2", "_XlaRecvAtHost", "_XlaRecvAtHostV2",
 ], "network"))
+# A compiled StableHLO module (jax2tf): it reaches TensorFlow only through the functions of its function_list
+# attribute, which the gate walks; one with token inputs (ordered host side effects) is decided per node.
+EXPLICIT["XlaCallModule"] = "pure"
 EXPLICIT.update({"Abort": "process"})  # ends the process
 EXPLICIT.update(dict.fromkeys([  # may block forever or share state across sessions: not proven harmless
     "MutexLock", "ConsumeMutexLock", "MutexV2",

@@ -7,7 +7,7 @@ unproven: not shown harmless (blocks, shares state across sessions, or not revie
 TF_VERSION = "2.21.0"
 
 CLASSES: dict[str, str] = {
-    # pure (1017)
+    # pure (1018)
     "Abs": "pure",
     "AccumulateNV2": "pure",
     "Acos": "pure",
@@ -1020,6 +1020,7 @@ CLASSES: dict[str, str] = {
     "While": "pure",
     "WindowDataset": "pure",
     "Xdivy": "pure",
+    "XlaCallModule": "pure",
     "Xlog1py": "pure",
     "Xlogy": "pure",
     "ZerosLike": "pure",
@@ -1194,7 +1195,7 @@ CLASSES: dict[str, str] = {
     "EagerPyFunc": "python",
     "PyFunc": "python",
     "PyFuncStateless": "python",
-    # unproven (728)
+    # unproven (727)
     "A": "unproven",
     "AccumulatorApplyGradient": "unproven",
     "AccumulatorNumAccumulated": "unproven",
@@ -1680,7 +1681,6 @@ CLASSES: dict[str, str] = {
     "WrapDatasetVariant": "unproven",
     "XlaAllReduce": "unproven",
     "XlaBroadcastHelper": "unproven",
-    "XlaCallModule": "unproven",
     "XlaClusterOutput": "unproven",
     "XlaConcatND": "unproven",
     "XlaConv": "unproven",

@@ -1,0 +1,77 @@
+"""The files TensorFlow's loader would open, checked before anything is opened: asset names that leave the
+model folder, symlinks that resolve outside it, and special files (FIFOs, devices)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+# The parts of a SavedModel folder the loader (and gradaudit's float64 copy) reads.
+READ_FOLDERS = ("assets", "assets.extra", "variables")
+MAX_ENTRIES = 100_000  # a folder holding more is not walked further; the entries seen so far are checked
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str  # the asset name or the path relative to the model folder
+    message: str
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.commonpath([path, root]) == root
+
+
+def _special(path: str) -> bool:
+    """A path that exists and is neither a folder nor a regular file (FIFO, device, socket)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _entry(root: str, rel: str) -> Problem | None:
+    full = os.path.join(root, rel)
+    if os.path.islink(full):
+        target = os.path.realpath(full)
+        if not _inside(target, root):
+            return Problem(rel, f"'{rel}' is a symlink to {target}, outside the model folder")
+    if _special(full):
+        return Problem(rel, f"'{rel}' is not a regular file (a FIFO, device or socket); it is never opened")
+    return None
+
+
+def check(model) -> list[Problem]:
+    """Problems of the model folder of a SavedModel; nothing for a traced Python target."""
+    meta = getattr(model, "meta_graph", None)
+    if meta is None or not os.path.isdir(getattr(model, "path", "")):
+        return []
+    root = os.path.realpath(model.path)
+    problems: dict[str, Problem] = {}
+    for asset in meta.asset_file_def:
+        name = asset.filename
+        parts = name.replace("\\", "/").split("/")
+        if os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts:
+            problems[name] = Problem(name, f"asset '{name}' names a path outside the model's assets/ folder "
+                                           "(absolute or '..'); it is never opened")
+            continue
+        found = _entry(root, os.path.join("assets", name))
+        if found is None and not _inside(os.path.realpath(os.path.join(root, "assets", name)), root):
+            found = Problem(name, f"asset '{name}' resolves outside the model folder")
+        if found is not None:
+            problems[found.name] = found
+    seen = 0
+    for top in ["."] + [f for f in READ_FOLDERS if os.path.isdir(os.path.join(root, f))]:
+        for folder, dirs, files in os.walk(os.path.join(root, top)):
+            if top == ".":
+                dirs[:] = []  # the top level only: subfolders other than READ_FOLDERS are not read
+            for name in dirs + files:
+                seen += 1
+                if seen > MAX_ENTRIES:
+                    return list(problems.values())
+                rel = os.path.relpath(os.path.join(folder, name), root)
+                found = _entry(root, rel)
+                if found is not None:
+                    problems.setdefault(found.name, found)
+    return list(problems.values())

@@ -1,0 +1,276 @@
+"""The safety gate: every op TensorFlow would run, at load or at call, checked against the reviewed op classes
+(op_classes.py). Only a model whose ops are all pure may be loaded; nothing here executes anything."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model import OpRef
+from .op_classes import CLASSES, TF_VERSION
+
+TOP = "<graph>"
+INIT_OP_KEY = "__saved_model_init_op"
+# TF1 collections whose ops the loader runs after restoring the variables.
+TF1_INIT_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "table_initializer")
+_PASS_THROUGH = {"Identity", "IdentityN", "Snapshot", "StopGradient"}
+_MAX_DEPTH = 64  # provenance of a tensor through identities and call arguments
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One op that is not proven harmless: its class (io, network, process, python, unproven or unknown),
+    why, and the place TensorFlow would run it from."""
+
+    op: OpRef
+    cls: str
+    why: str
+    root: str
+
+
+@dataclass(frozen=True)
+class _Root:
+    label: str  # where TensorFlow runs it from, for the message
+    where: str  # TOP or a function name
+    nodes: tuple
+    saver: bool = False  # the saver's restore: its RestoreV2 of the fed file name is expected
+
+
+_WHY = {"io": "reads or writes files", "network": "talks to the network", "process": "acts on the process",
+        "python": "runs Python code"}
+
+
+def _ref_node(ref: str) -> str:
+    return ref.lstrip("^").split(":")[0]
+
+
+def _out_index(ref: str) -> int:
+    """The flat output index of an edge, when it is explicit at its end (`n:0`, `n:output:1`)."""
+    tail = ref.rsplit(":", 1)
+    return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
+
+
+def closure(graph_def, names: list[str]) -> tuple:
+    """Top-level nodes that running `names` (tensors or ops) runs: data and control inputs."""
+    nodes = {n.name: n for n in graph_def.node}
+    keep: set[str] = set()
+    stack = [_ref_node(n) for n in names]
+    while stack:
+        name = stack.pop()
+        if name in keep or name not in nodes:
+            continue
+        keep.add(name)
+        stack.extend(_ref_node(i) for i in nodes[name].input)
+    return tuple(n for n in graph_def.node if n.name in keep)
+
+
+def roots(model, sig) -> list[_Root]:
+    """What TensorFlow runs: the audited signature, and for a SavedModel everything its loader runs."""
+    graph_def = model.graph_def
+    meta = getattr(model, "meta_graph", None)
+    label = f"signature {sig.key!r}"
+    if meta is None:  # a traced function: its whole graph runs
+        return [_Root(label, TOP, tuple(graph_def.node))]
+    out = []
+    if sig.function is not None:
+        fdef = model.library.functions[sig.function]
+        out.append(_Root(label, sig.function, tuple(fdef.node_def)))
+    else:
+        out.append(_Root(label, TOP, closure(graph_def, [o.tensor for o in sig.outputs])))
+    init = meta.signature_def.get(INIT_OP_KEY)
+    if init is not None:
+        out.append(_Root(f"the model initializer ({INIT_OP_KEY})", TOP,
+                         closure(graph_def, [v.name for v in init.outputs.values()])))
+    for key in TF1_INIT_COLLECTIONS:
+        coll = meta.collection_def.get(key)
+        if coll is not None and coll.HasField("node_list"):
+            out.append(_Root(f"the {key} collection", TOP, closure(graph_def, list(coll.node_list.value))))
+    saver = meta.saver_def
+    if saver.restore_op_name:
+        out.append(_Root("the saver's restore op", TOP, closure(graph_def, [saver.restore_op_name]), saver=True))
+    out.extend(_object_graph_roots(model))
+    return out
+
+
+def _concrete_names(model, node_id: int) -> list[str]:
+    nodes = model.object_graph.nodes
+    if not 0 <= node_id < len(nodes):
+        return []
+    node = nodes[node_id]
+    kind = node.WhichOneof("kind")
+    if kind == "function":
+        return list(node.function.concrete_functions)
+    if kind == "bare_concrete_function":
+        return [node.bare_concrete_function.concrete_function_name]
+    return []
+
+
+def _object_graph_roots(model) -> list[_Root]:
+    """Resource creator, initializer and destroyer functions, and saveable objects' save and restore
+    functions: the loader runs them (the destroyer when the object is freed)."""
+    out = []
+    for node in model.object_graph.nodes:
+        named: list[tuple[str, int]] = []
+        if node.WhichOneof("kind") == "resource":
+            named += [(c.local_name, c.node_id) for c in node.children]
+        for key, saveable in node.saveable_objects.items():
+            named += [(f"{key} save function", saveable.save_function),
+                      (f"{key} restore function", saveable.restore_function)]
+        for local, node_id in named:
+            for fname in _concrete_names(model, node_id):
+                if fname in model.library.functions:
+                    out.append(_Root(f"a resource's {local}", fname,
+                                     tuple(model.library.functions[fname].node_def)))
+    return out
+
+
+class _Provenance:
+    """Whether a tensor is, on every path, exactly one of the model's asset paths or the saver's fed file
+    name: followed through identities and call arguments, never computed."""
+
+    def __init__(self, model):
+        self.model = model
+        self.calls: dict[str, list[tuple[str, object]]] = {}  # function -> (caller, call node)
+        self.nodes: dict[str, dict[str, object]] = {}
+        meta = getattr(model, "meta_graph", None)
+        self.asset_nodes = {_ref_node(a.tensor_info.name) for a in meta.asset_file_def} if meta else set()
+        self.saver_node = _ref_node(meta.saver_def.filename_tensor_name) if meta else None
+        og = getattr(model, "object_graph", None)
+        self.bound: dict[str, list[int]] = (
+            {k: list(cf.bound_inputs) for k, cf in og.concrete_functions.items()} if og is not None else {})
+        self.asset_objects = ({i for i, n in enumerate(og.nodes) if n.WhichOneof("kind") == "asset"}
+                              if og is not None else set())
+
+    def call(self, caller: str, node, fname: str) -> None:
+        self.calls.setdefault(fname, []).append((caller, node))
+
+    def _node(self, where: str, name: str):
+        if where not in self.nodes:
+            body = self.model.graph_def.node if where == TOP else self.model.library.functions[where].node_def
+            self.nodes[where] = {n.name: n for n in body}
+        return self.nodes[where].get(name)
+
+    def is_(self, kind: str, where: str, ref: str, depth: int = 0) -> bool:
+        if depth > _MAX_DEPTH or ref.startswith("^"):
+            return False
+        name = _ref_node(ref)
+        node = self._node(where, name)
+        if node is None and where != TOP:  # a function argument: every caller must pass one
+            return self._argument(kind, where, name, depth)
+        if node is None:
+            return False
+        if where == TOP and name == (self.saver_node if kind == "saver" else None):
+            return True
+        if where == TOP and kind == "asset" and name in self.asset_nodes:
+            return True
+        data = [i for i in node.input if not i.startswith("^")]
+        if node.op in _PASS_THROUGH and data:
+            source = data[_out_index(ref)] if node.op == "IdentityN" and _out_index(ref) < len(data) else data[0]
+            return self.is_(kind, where, source, depth + 1)
+        if node.op == "ReadVariableOp" and where == TOP and kind == "asset":
+            return self._variable_holds_asset(data[0] if data else "", depth)
+        return False
+
+    def _variable_holds_asset(self, handle: str, depth: int) -> bool:
+        """TF2's init op keeps an asset path in a variable assigned once from the asset placeholder."""
+        writes = [n for n in self.model.graph_def.node if n.op != "ReadVariableOp" and n.input
+                  and _ref_node(n.input[0]) == _ref_node(handle) and n.op != "VarIsInitializedOp"]
+        return bool(writes) and all(
+            w.op == "AssignVariableOp" and len(w.input) > 1 and self.is_("asset", TOP, w.input[1], depth + 1)
+            for w in writes)
+
+    def _argument(self, kind: str, fname: str, arg: str, depth: int) -> bool:
+        fdef = self.model.library.functions[fname]
+        names = [a.name for a in fdef.signature.input_arg]
+        if arg not in names:
+            return False
+        position = names.index(arg)
+        answers = []
+        bound = self.bound.get(fname, [])
+        captured_from = len(names) - len(bound)
+        if kind == "asset" and bound and position >= captured_from:
+            answers.append(bound[position - captured_from] in self.asset_objects)
+        for caller, node in self.calls.get(fname, []):
+            if node.op not in ("PartitionedCall", "StatefulPartitionedCall") and node.op != fname:
+                return False  # a loop body or branch: its arguments are not the call's inputs one to one
+            data = [i for i in node.input if not i.startswith("^")]
+            answers.append(position < len(data) and self.is_(kind, caller, data[position], depth + 1))
+        return bool(answers) and all(answers)
+
+
+def _function_names(node, library) -> list[str]:
+    from ..graph.library import function_attrs
+
+    names = [n for _, ns in function_attrs(node) for n in ns]
+    if node.op in library.functions:
+        names.append(node.op)
+    gradient = node.attr["_gradient_op_type"].s.decode(errors="replace") if "_gradient_op_type" in node.attr else ""
+    if gradient in library.registered_gradients:  # a saved custom gradient runs when gradients are taken
+        names.append(library.registered_gradients[gradient])
+    return names
+
+
+def _attr_text(node, name: str) -> str:
+    return node.attr[name].s.decode(errors="replace") if name in node.attr else ""
+
+
+def _judge(node, library, cls: str | None, saver: bool, where: str, prov: _Provenance) -> tuple[str, str] | None:
+    """(class, why) of an op that is not proven harmless here, or None when it is."""
+    op = node.op
+    if op in library.functions:
+        return None  # a call of a library function, whose body is walked
+    if cls is None:
+        if library.op_def(op) is None:
+            return "unknown", "is not an op this TensorFlow knows"
+        return "unproven", f"is not classified for TensorFlow {TF_VERSION} (run python -m gradaudit.safety.generate)"
+    data = [i for i in node.input if not i.startswith("^")]
+    if op == "PrintV2":
+        stream = _attr_text(node, "output_stream")
+        return ("io", f"prints to a file ({stream})") if stream.startswith("file://") else None
+    if op == "XlaCallModule" and "has_token_input_output" in node.attr and node.attr["has_token_input_output"].b:
+        return "unproven", "orders host side effects (token input and output)"
+    if op == "FixedUnigramCandidateSampler" and not _attr_text(node, "vocab_file"):
+        return None
+    if op in ("DecodeProtoV2", "EncodeProto") and _attr_text(node, "descriptor_source") in ("", "local://"):
+        return None
+    if op in ("InitializeTableFromTextFile", "InitializeTableFromTextFileV2"):
+        if len(data) > 1 and prov.is_("asset", where, data[1]):
+            return None
+        return "io", "reads a file that is not one of the model's assets"
+    if op in ("RestoreV2", "Restore", "RestoreSlice") and saver and data and prov.is_("saver", where, data[0]):
+        return None  # the saver restoring the model's own variables/
+    if cls == "pure":
+        return None
+    if cls == "unproven":
+        return cls, "is not on the reviewed list of pure computation"
+    return cls, _WHY[cls]
+
+
+def check(model, sig) -> list[Verdict]:
+    """Every op, in every function reachable from what TensorFlow runs, that is not proven harmless."""
+    library = model.library
+    prov = _Provenance(model)
+    all_roots = roots(model, sig)
+    # First the whole call graph (for argument provenance), then the judgement.
+    visits: list[tuple[_Root, str, tuple]] = []
+    seen: set[tuple[str, bool]] = set()
+    for root in all_roots:
+        stack = [(root.where, root.nodes)]
+        while stack:
+            where, batch = stack.pop()
+            visits.append((root, where, batch))
+            for node in batch:
+                for fname in _function_names(node, library):
+                    prov.call(where, node, fname)
+                    if fname in library.functions and (fname, root.saver) not in seen:
+                        seen.add((fname, root.saver))
+                        stack.append((fname, tuple(library.functions[fname].node_def)))
+    found: dict[OpRef, Verdict] = {}
+    for root, where, batch in visits:
+        for node in batch:
+            ref = OpRef(node.op, node.name, where)
+            if ref in found:
+                continue
+            judged = _judge(node, library, CLASSES.get(node.op), root.saver, where, prov)
+            if judged is not None:
+                found[ref] = Verdict(ref, judged[0], judged[1], root.label)
+    return list(found.values())
