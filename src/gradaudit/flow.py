@@ -55,6 +55,8 @@ class StaticAnalysis:
     signature: SignatureGraph
     uncertain: dict[OpRef, Uncertain] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # every signature input (integer ones too) -> its tensor: the numeric checks read what an input feeds
+    input_tensor: dict[str, int] = field(default_factory=dict)
 
     def source_names(self, mask: int) -> list[str]:
         return [self.sources[i].name for i in self.source_tensor if mask >> i & 1]
@@ -284,7 +286,8 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
     return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, other_output_tensor, F, G, B, C,
                           flow, cuts,
                           list({v.name: v for v in uncaptured}.values()), model.library.registered_gradients,
-                          model, sig, uncertain, _uncertain_notes(uncertain))
+                          model, sig, uncertain, _uncertain_notes(uncertain),
+                          {spec.name: tensor(spec.tensor) for spec in sig.inputs})
 
 
 def _uncertain_pairs(g: Dataflow, reach_grad: list[int], to_output_grad: list[int], source_tensor: dict[int, int],
