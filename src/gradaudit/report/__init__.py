@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..model import Report
-from . import github, json_report, junit, markdown, sarif, terminal
+from . import github, html, json_report, junit, markdown, sarif, terminal
 
 if TYPE_CHECKING:
     from ..batch import AuditFailure
@@ -23,6 +23,7 @@ REPORTERS: dict[str, Reporter] = {
     "junit": junit.render,
     "markdown": markdown.render,
     "github": github.render,
+    "html": html.render,
 }
 
 MANY_REPORTERS: dict[str, ManyReporter] = {
@@ -32,6 +33,7 @@ MANY_REPORTERS: dict[str, ManyReporter] = {
     "junit": junit.render_many,
     "markdown": markdown.render_many,
     "github": github.render_many,
+    "html": html.render_many,
 }
 
 FORMATS = tuple(REPORTERS)

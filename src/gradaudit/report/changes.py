@@ -1,0 +1,86 @@
+"""The changes between two audits (diff.py) as text, Markdown (a pull-request comment), JSON and HTML."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from ..diff import Diff, ModelChanges, PairChange
+from .json_report import SCHEMA_VERSION, tool_info
+
+
+def _cuts(p: PairChange) -> str:
+    return ", ".join(f"{c.op.op_type} '{c.op.op_name}' ({c.rule})" for c in p.cuts)
+
+
+def _pair(p: PairChange) -> str:
+    text = f"{p.source} → {p.output}: {p.old} → {p.new}"
+    if p.cuts:
+        text += f", cut by {_cuts(p)}"
+    return text + (" (lost its gradient)" if p.lost else "")
+
+
+def _other_lines(m: ModelChanges, bullet: str, code: Callable[[str], str],
+                 text: Callable[[str], str] = str) -> list[str]:
+    """Everything but the pairs: sources, outputs and findings that came or went."""
+    out = []
+    for what, names in (("source appeared", m.sources_added), ("source disappeared", m.sources_removed),
+                        ("output appeared", m.outputs_added), ("output disappeared", m.outputs_removed)):
+        out += [f"{bullet}{what}: {code(n)}" for n in names]
+    out += [f"{bullet}new finding {f.code} {f.rule}: {text(f.message)}" for f in m.findings_new]
+    out += [f"{bullet}gone finding {f.code} {f.rule}: {text(f.message)}" for f in m.findings_gone]
+    return out
+
+
+def _headline(d: Diff) -> str:
+    lost = len(d.lost())
+    changed = sum(m.state != "unchanged" for m in d.models)
+    return (f"{'FAIL' if d.fails() else 'PASS'}: {lost} pair(s) lost their gradient; "
+            f"{changed} of {len(d.models)} model(s) changed ({d.old} → {d.new})")
+
+
+def render_text(d: Diff) -> str:
+    out = [f"Changes {d.old} → {d.new}"]
+    for m in d.models:
+        out.append(f"{m.label}: {m.state}")
+        out += [f"  {'LOST ' if p.lost else ''}{_pair(p)}" for p in m.pairs] + _other_lines(m, "  ", str)
+    out.append(_headline(d))
+    return "\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;")
+
+
+def render_markdown(d: Diff) -> str:
+    out = [f"## {'❌' if d.fails() else '✅'} gradaudit: changes `{d.old}` → `{d.new}`", "",
+           _md(_headline(d)), ""]
+    for m in d.models:
+        out.append(f"### `{m.label}`: {m.state}")
+        if m.pairs:
+            out += ["", "| source | output | before | now | cut by |", "| --- | --- | --- | --- | --- |"]
+            out += [f"| `{p.source}` | `{p.output}` | {p.old} | {'❌ ' if p.lost else ''}{p.new} | {_md(_cuts(p))} |"
+                    for p in m.pairs]
+        rest = _other_lines(m, "- ", lambda n: f"`{n}`", _md)
+        if rest:
+            out += [""] + rest
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_json(d: Diff) -> str:
+    return json.dumps({"schema_version": SCHEMA_VERSION, "tool": tool_info(), **d.to_dict()}, indent=2) + "\n"
+
+
+def render_html(d: Diff) -> str:
+    from .html import render_diff
+
+    return render_diff(d)
+
+
+DIFF_REPORTERS: dict[str, Callable[[Diff], str]] = {
+    "text": render_text,
+    "markdown": render_markdown,
+    "json": render_json,
+    "html": render_html,
+}

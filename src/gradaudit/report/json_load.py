@@ -1,0 +1,97 @@
+"""Read gradaudit JSON reports back into Reports, for `gradaudit diff` and `gradaudit merge`: the JSON
+report is the contract, so what one run wrote another can render in any format."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from ..errors import GradauditError
+from ..model import (BlockedPath, Cut, Finding, FlowEntry, NumericResult, OpRef, Output, PathStep, Report,
+                     Severity, Source, StabilityResult, Target)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ReportFile:
+    """One JSON file: its reports, and the models its run could not audit (path, error)."""
+
+    path: str
+    reports: tuple[Report, ...]
+    errors: tuple[tuple[str, str], ...]
+
+
+def _plain(cls: type[T], d: dict[str, Any]) -> T:
+    """A dataclass of plain values (numeric results, probe cells) from its to_dict(): every key that names
+    one of its fields, so that a field added later round-trips without a change here."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _shape(value) -> tuple[int | None, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def _ref(d: dict[str, Any]) -> OpRef:
+    return OpRef(d["op_type"], d["op_name"], d["function"])
+
+
+def _op(d: dict[str, Any]) -> OpRef | None:
+    return _ref(d) if d.get("op_type") is not None else None
+
+
+def _finding(d: dict[str, Any]) -> Finding:
+    return Finding(d["code"], d["rule"], Severity(d["severity"]), d["message"], d["fix"], _op(d),
+                   tuple(d.get("sources", ())), tuple(d.get("outputs", ())), d.get("suppressed"))
+
+
+def _flow(d: dict[str, Any]) -> FlowEntry:
+    return FlowEntry(d["source"], d["output"], d["status"],
+                     tuple(Cut(_ref(c), c["rule"]) for c in d.get("blocked_by", ())),
+                     tuple(_ref(r) for r in d.get("unknown_by", ())))
+
+
+def _path(d: dict[str, Any]) -> BlockedPath:
+    steps = tuple(PathStep(s["op_type"], s["op_name"], s["function"], s.get("skipped", 0)) for s in d["steps"])
+    return BlockedPath(d["source"], d["output"], steps, d["cut"])
+
+
+def report_from_dict(d: dict[str, Any]) -> Report:
+    t = d["target"]
+    return Report(
+        target=Target(t["path"], t["kind"], t.get("signature"), tuple(t.get("tags", ()))),
+        sources=[Source(s["name"], s["kind"], s["dtype"], _shape(s["shape"]), s["differentiable"])
+                 for s in d["sources"]],
+        outputs=[Output(o["name"], o["dtype"], _shape(o["shape"])) for o in d["outputs"]],
+        flow=[_flow(f) for f in d["flow"]],
+        findings=[_finding(f) for f in d["findings"]],
+        numeric=[_plain(NumericResult, n) for n in d["numeric"]],
+        stability=[_plain(StabilityResult, s) for s in d["stability"]],
+        notes=list(d.get("notes", ())),
+        seed=d.get("seed"),
+        incomplete=list(d.get("incomplete", ())),
+        paths=[_path(p) for p in d.get("paths", ())],
+    )
+
+
+def load(path: str) -> ReportFile:
+    """A JSON report written by `--format json` / `--json` (one model or several); exit-2 errors otherwise."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise GradauditError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise GradauditError(f"{path}: not JSON: {exc}") from None
+    try:
+        if not isinstance(doc, dict) or doc.get("schema_version") != 1:
+            raise KeyError("schema_version")
+        docs = doc["reports"] if "reports" in doc else [doc]
+        errors = tuple((e["path"], e["error"]) for e in doc.get("errors", ()))
+        return ReportFile(path, tuple(report_from_dict(d) for d in docs), errors)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GradauditError(f"{path}: not a gradaudit JSON report (schema_version 1); missing or bad {exc}") \
+            from None
