@@ -4,7 +4,8 @@ Plain TensorFlow only, so every builder (each in its own library's venv) and the
 run it. Used as::
 
     from _truth import write_truth
-    write_truth(export_dir, {"serving_default": {"x": (array, "N(0, 1)")}}, library={"tfp": "0.25.0"})
+    write_truth(export_dir, {"serving_default": {"x": (array, "N(0, 1)")}},
+                library={"name": "tensorflow-probability", "version": "0.25.0"}, builder="build_tfp.py")
 
 For every signature given and every (source, float output) pair it records
 
@@ -17,16 +18,19 @@ Method: ``tf.saved_model.load``; a fresh non-persistent tape per gradient; float
 watched; trainable variables are those captured by the signature's concrete function (named by their
 ``SavedVariable.name`` in the object graph, as gradaudit names them); each output is projected on a
 fixed random cotangent (never on ones: the gradient of ``sum(softmax(x))`` is exactly zero).
+``second_order`` records, per pair, the status of the Hessian-vector product d/dsrc <d loss/d src, v>
+(v = 0.5 everywhere; nested non-persistent tapes), what ``gradaudit --order 2`` needs.
 
 It also writes ``inputs.npz`` (the ``serving_default`` inputs, by input key) beside ``truth.json``, inside
-the SavedModel folder (TensorFlow ignores extra files there), so
-that the same inputs can be given to ``gradaudit --inputs``.
+the SavedModel folder (TensorFlow ignores extra files there), so that the same inputs can be given to
+``gradaudit --inputs``, and the census of op types (``unknown_to_plain_tensorflow``), as truth.py does.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -77,8 +81,12 @@ def _status(grad) -> str:
     return "nonzero" if np.any(arr != 0) else "zero"
 
 
-def signature_truth(export_dir, signature_key, inputs, seed=0):
-    """Return {"sources": {...}, "float_outputs": [...], "pairs": {source: {output: status}}}."""
+def signature_truth(export_dir, signature_key, inputs, seed=0, second_order=True):
+    """The truth of one signature: {"kind", "inputs", "pairs": [rows], "second_order": [rows]}.
+
+    A row is {"source", "kind" ("input" or "variable"), "output", "truth"}, as in truth.py (the
+    plain-TensorFlow fixtures' helper), so one reader serves every fixture in this folder.
+    """
     loaded = tf.saved_model.load(export_dir)
     sig = loaded.signatures[signature_key]
     feed = {k: tf.constant(v) for k, v in inputs.items()}
@@ -101,54 +109,135 @@ def signature_truth(export_dir, signature_key, inputs, seed=0):
     cotangents = {k: tf.constant(rng.normal(size=plain[k].shape).astype(plain[k].dtype.as_numpy_dtype))
                   for k in float_outputs}
 
-    sources = {k: "input" for k in float_inputs}
-    sources.update({k: "variable" for k in variables})
-    pairs = {}
-    for src in sources:
-        pairs[src] = {}
-        for out in float_outputs:
+    sources = [(k, "input") for k in float_inputs] + [(k, "variable") for k in variables]
+    rows, rows2 = [], []
+    for out in float_outputs:
+        for src, kind in sources:
+            target = feed[src] if kind == "input" else variables[src]
             try:
                 with tf.GradientTape() as tape:
-                    if src in feed:
-                        tape.watch(feed[src])
-                        target = feed[src]
-                    else:
-                        target = variables[src]
-                    y = sig(**feed)[out]
-                    loss = tf.reduce_sum(y * cotangents[out])
-                pairs[src][out] = _status(tape.gradient(loss, target))
+                    for k in float_inputs:
+                        tape.watch(feed[k])
+                    loss = tf.reduce_sum(sig(**feed)[out] * cotangents[out])
+                truth = _status(tape.gradient(loss, target))
             except Exception as exc:  # noqa: BLE001 - the truth records what TensorFlow raised
-                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                pairs[src][out] = f"error: {type(exc).__name__}: {msg[:300]}"
-    return {"sources": sources, "float_outputs": float_outputs, "pairs": pairs,
-            "outputs": {k: {"dtype": v.dtype.name, "shape": list(v.shape)} for k, v in plain.items()}}
+                truth = _message(exc)
+            rows.append({"source": src, "kind": kind, "output": out, "truth": truth})
+            if second_order:
+                rows2.append({"source": src, "kind": kind, "output": out,
+                              "truth": _second_order(sig, feed, target, out, cotangents[out])})
+    # trainable variables of the model that this signature never reads: None by construction
+    for name, trainable in _all_variables(export_dir).items():
+        if trainable and name not in variables:
+            for out in float_outputs:
+                rows.append({"source": name, "kind": "variable", "output": out, "truth": "none",
+                             "note": "not captured by this entry point"})
+    result = {"kind": "signature",
+              "inputs": {k: {"dtype": str(np.asarray(v).dtype), "shape": list(np.shape(v)),
+                             "value": np.asarray(v).reshape(-1).tolist()} for k, v in inputs.items()},
+              "outputs": {k: {"dtype": v.dtype.name, "shape": list(v.shape)} for k, v in plain.items()},
+              "pairs": rows}
+    if second_order:
+        result["second_order"] = rows2
+    return result
 
 
-def write_truth(export_dir, signatures, library, notes=None, extra=None):
-    """Compute the truth for ``signatures`` = {key: {input: (array, domain text)}} and write truth.json."""
+def _message(exc):
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return f"error: {type(exc).__name__}: {(text[0] if text else '')[:300]}"
+
+
+def _all_variables(export_dir):
+    """SavedVariable name -> trainable, for every variable of the object graph."""
+    return {n.variable.name: n.variable.trainable for n in _object_graph(export_dir).nodes
+            if n.WhichOneof("kind") == "variable"}
+
+
+def _second_order(sig, feed, target, out, cotangent):
+    """Status of the Hessian-vector product d/dsrc <d loss/d src, v> (nested non-persistent tapes)."""
+    v = tf.ones_like(target) * 0.5
+    try:
+        with tf.GradientTape() as outer:
+            outer.watch(target)
+            with tf.GradientTape() as inner:
+                inner.watch(target)
+                loss = tf.reduce_sum(sig(**feed)[out] * cotangent)
+            g = inner.gradient(loss, target)
+            if g is None:
+                return "none (first order is None)"
+            if isinstance(g, tf.IndexedSlices):
+                g = tf.convert_to_tensor(g)
+            dot = tf.reduce_sum(g * v)
+        return _status(outer.gradient(dot, target))
+    except Exception as exc:  # noqa: BLE001
+        return _message(exc)
+
+
+_CENSUS = """
+import json, os, sys
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import op_def_registry
+sm = saved_model_pb2.SavedModel()
+sm.ParseFromString(open(os.path.join(sys.argv[1], "saved_model.pb"), "rb").read())
+types = set()
+for mg in sm.meta_graphs:
+    types.update(n.op for n in mg.graph_def.node)
+    for f in mg.graph_def.library.function:
+        types.update(n.op for n in f.node_def)
+    types -= {f.signature.name for f in mg.graph_def.library.function}
+print(json.dumps({"op_types": sorted(types), "census_tensorflow": tf.__version__,
+                  "unknown_to_plain_tensorflow": sorted(t for t in types if op_def_registry.get(t) is None)}))
+"""
+
+
+def census(export_dir):
+    """Op types of the model, and those a plain TensorFlow (no library imported) does not know.
+
+    Run in a child process of this interpreter that imports TensorFlow only."""
+    out = subprocess.run([sys.executable, "-c", _CENSUS, export_dir], check=True, capture_output=True,
+                         text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def write_truth(export_dir, signatures, library, builder, notes=None, extra=None):
+    """Compute the truth for ``signatures`` = {key: {input: (array, domain text)}} and write truth.json.
+
+    The layout is truth.py's (``entry_points`` of ``pairs`` rows, ``environment``, ``variables``,
+    the op census), plus ``second_order`` rows, each input's ``domain`` and ``notes``.
+    """
     doc = {
         "model": os.path.basename(os.path.normpath(export_dir)),
-        "tensorflow": tf.__version__,
-        "python": sys.version.split()[0],
-        "library": library,
+        "builder": builder,
+        "environment": {"tensorflow": tf.__version__, "python": sys.version.split()[0],
+                        "library": library},
         "method": ("tf.saved_model.load + one fresh non-persistent tf.GradientTape per (source, output); "
-                   "float inputs watched; trainable variables captured by the signature; output "
-                   "projected on a fixed N(0,1) cotangent (numpy default_rng(0))"),
-        "signatures": {},
+                   "float inputs watched; trainable variables captured by the signature (named by "
+                   "SavedVariable.name); output projected on a fixed N(0,1) cotangent (numpy "
+                   "default_rng(0)). second_order: d/dsrc <d loss/d src, 0.5> with nested tapes"),
+        "entry_points": {},
+        "variables": _all_variables(export_dir),
     }
     for key, ins in signatures.items():
         arrays = {k: np.asarray(v[0]) for k, v in ins.items()}
-        entry = {"inputs": {k: {"dtype": arrays[k].dtype.name, "shape": list(arrays[k].shape),
-                                "domain": v[1]} for k, v in ins.items()}}
-        entry.update(signature_truth(export_dir, key, arrays))
-        doc["signatures"][key] = entry
+        entry = signature_truth(export_dir, key, arrays)
+        for k, v in ins.items():
+            entry["inputs"][k]["domain"] = v[1]
+        doc["entry_points"][key] = entry
         if key == "serving_default":
             np.savez(os.path.join(export_dir, "inputs.npz"), **arrays)
+    doc.update(census(export_dir))
     if notes:
         doc["notes"] = notes
     if extra:
         doc.update(extra)
     with open(os.path.join(export_dir, "truth.json"), "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=False)
+        json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")
     return doc
+
+
+def table(doc):
+    """{signature: {source: {output: truth}}}, for printing."""
+    return {key: {r["source"] + "->" + r["output"]: r["truth"] for r in ep["pairs"]}
+            for key, ep in doc["entry_points"].items()}

@@ -18,11 +18,11 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _truth import write_truth  # noqa: E402
+from _truth import table, write_truth  # noqa: E402
 
 tfd = tfp.distributions
 HERE = os.path.dirname(os.path.abspath(__file__))
-LIBRARY = {"tensorflow-probability": tfp.__version__, "tensorflow": tf.__version__}
+LIBRARY = {"name": "tensorflow-probability", "version": tfp.__version__}
 _SAVE = tf.saved_model.SaveOptions(experimental_custom_gradients=True)
 
 
@@ -148,7 +148,7 @@ def build(name, out_dir=HERE):
     cls, inputs = MODELS[name]
     path = os.path.join(out_dir, name)
     _save(cls(), path)
-    doc = write_truth(path, {"serving_default": inputs()}, LIBRARY,
+    doc = write_truth(path, {"serving_default": inputs()}, LIBRARY, os.path.basename(__file__),
                       notes=cls.__doc__.strip().splitlines()[0])
     return path, doc
 
@@ -157,4 +157,4 @@ if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else HERE
     for n in (sys.argv[2:] or MODELS):
         p, d = build(n, out)
-        print(p, {k: v["pairs"] for k, v in d["signatures"].items()})
+        print(p, table(d))

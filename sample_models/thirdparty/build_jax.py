@@ -1,0 +1,177 @@
+"""SavedModels exported from JAX with jax.experimental.jax2tf (run in its own venv, see README.md)::
+
+    /work/venvs/jax/bin/python sample_models/thirdparty/build_jax.py [OUT_DIR] [NAME...]
+
+Native serialization: each model's forward is one ``XlaCallModule`` op whose StableHLO module is
+compiled for float32 only; ``with_gradient=True`` saves the JAX VJP as a ``tf.custom_gradient`` whose
+gradient function is another ``XlaCallModule`` (saved with ``experimental_custom_gradients=True``).
+Parameters are ``tf.Variable`` s (named ``mlp/w1`` ...) passed into the converted function, the
+jax2tf recipe for exporting trainable models. Fixed initial values, no downloads.
+
+Writes OUT_DIR/<name>/ (default: this folder) with truth.json and inputs.npz (see _truth.py);
+truth.json also records ``gradient_error``: for every source, the largest relative error of the
+loaded model's gradient (its saved custom gradient) against the true derivative computed by JAX on the
+plain (not custom_vjp) function at the same inputs and cotangent.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorflow as tf
+from jax.experimental import jax2tf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _truth import table, write_truth  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LIBRARY = {"name": "jax", "version": jax.__version__, "jaxlib": importlib.metadata.version("jaxlib"),
+           "exporter": "jax.experimental.jax2tf, native serialization (XlaCallModule)"}
+_SAVE = tf.saved_model.SaveOptions(experimental_custom_gradients=True)
+BATCH = 3  # inputs.npz batch size; the signatures accept any batch ("(b, 4)")
+
+
+# ------------------------------------------------------------------------------------------------
+# JAX functions
+# ------------------------------------------------------------------------------------------------
+
+def _softplus(z):
+    return jnp.logaddexp(z, 0.0)
+
+
+def _make_act(kind):
+    """Softplus with a custom VJP: correct, wrong by a relative 1e-2, or wrong only where z > 2."""
+    if kind is None:
+        return _softplus
+
+    @jax.custom_vjp
+    def act(z):
+        return _softplus(z)
+
+    def fwd(z):
+        return _softplus(z), z
+
+    def bwd(z, g):
+        d = jax.nn.sigmoid(z)
+        if kind == "wrong_1e-2":
+            d = d * (1.0 + 1e-2)
+        elif kind == "wrong_x_gt_2":
+            d = jnp.where(z > 2.0, 0.5 * d, d)
+        return (g * d,)
+
+    act.defvjp(fwd, bwd)
+    return act
+
+
+def mlp(params, x, act=jnp.tanh):
+    h = act(x @ params["w1"] + params["b1"])
+    return h @ params["w2"] + params["b2"]
+
+
+def act_model(params, x, act=_softplus):
+    """The custom activation is applied to the input itself, so ``x > 2`` is a region of the input."""
+    return act(x) @ params["w"] + params["b"]
+
+
+def _params(kind):
+    rng = np.random.default_rng(42)
+    f = lambda *s: rng.normal(0.0, 0.5, size=s).astype(np.float32)  # noqa: E731
+    if kind == "mlp":
+        return {"w1": f(4, 8), "b1": f(8), "w2": f(8, 2), "b2": f(2)}
+    return {"w": f(4, 2), "b": f(2)}
+
+
+# name -> (params kind, JAX function of (params, x), true function (no custom_vjp), x sampler, doc)
+MODELS = {
+    "jax_mlp": ("mlp", mlp, mlp,
+                lambda rng: rng.normal(size=(BATCH, 4)),
+                "healthy tanh MLP, JAX's own VJP saved as the gradient"),
+    "jax_custom_vjp_ok": ("act", lambda p, x: act_model(p, x, _make_act("ok")), act_model,
+                          lambda rng: rng.normal(0.0, 2.0, size=(BATCH, 4)),
+                          "softplus with a correct jax.custom_vjp (sigmoid)"),
+    "jax_custom_vjp_wrong": ("act", lambda p, x: act_model(p, x, _make_act("wrong_1e-2")), act_model,
+                             lambda rng: rng.normal(0.0, 2.0, size=(BATCH, 4)),
+                             "softplus whose jax.custom_vjp is wrong by a relative 1e-2 everywhere"),
+    "jax_custom_vjp_wrong_x_gt_2": ("act", lambda p, x: act_model(p, x, _make_act("wrong_x_gt_2")),
+                                    act_model,
+                                    lambda rng: rng.normal(0.0, 2.0, size=(BATCH, 4)),
+                                    "softplus whose jax.custom_vjp halves the derivative where x > 2"),
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# export
+# ------------------------------------------------------------------------------------------------
+
+def _export(name, export_dir):
+    kind, fn, _, _, _ = MODELS[name]
+    params = _params(kind)
+    module = tf.Module()
+    module.params = {k: tf.Variable(v, name=f"{'mlp' if kind == 'mlp' else 'act'}/{k}")
+                     for k, v in params.items()}
+    converted = jax2tf.convert(fn, with_gradient=True, polymorphic_shapes=[None, "(b, 4)"])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")], autograph=False)
+    def serve(x):
+        y = converted(module.params, x)
+        return {"y": y, "loss": tf.reduce_mean(tf.square(y))}
+
+    module.serve = serve
+    tf.saved_model.save(module, export_dir,
+                        signatures={"serving_default": serve.get_concrete_function()}, options=_SAVE)
+
+
+def _gradient_error(name, export_dir, x):
+    """Relative error of the loaded model's gradients against JAX's derivative of the true function."""
+    kind, _, true_fn, _, _ = MODELS[name]
+    params = _params(kind)
+    loaded = tf.saved_model.load(export_dir)
+    sig = loaded.signatures["serving_default"]
+    rng = np.random.default_rng(0)
+    ybar = rng.normal(size=(x.shape[0], 2)).astype(np.float32)
+
+    def true_loss(p, xx):
+        return jnp.sum(true_fn(p, xx) * ybar)
+
+    gp, gx = jax.grad(true_loss, argnums=(0, 1))(params, jnp.asarray(x))
+    truth = {"x": np.asarray(gx)}
+    truth.update({f"{'mlp' if kind == 'mlp' else 'act'}/{k}": np.asarray(v) for k, v in gp.items()})
+    out = {}
+    xt = tf.constant(x)
+    for var in sig.trainable_variables + (None,):
+        with tf.GradientTape() as tape:
+            target = xt if var is None else var
+            tape.watch(target)
+            loss = tf.reduce_sum(sig(x=xt)["y"] * ybar)
+        g = np.asarray(tape.gradient(loss, target))
+        key = "x" if var is None else var.name.split(":")[0]
+        ref = truth[key]
+        out[key] = float(np.max(np.abs(g - ref)) / max(np.max(np.abs(ref)), 1e-30))
+    return out
+
+
+def build(name, out_dir=HERE):
+    path = os.path.join(out_dir, name)
+    _export(name, path)
+    x = MODELS[name][3](np.random.default_rng(7)).astype(np.float32)
+    domain = "real, N(0, 1)" if name == "jax_mlp" else "real, N(0, 2) (some entries > 2)"
+    err = _gradient_error(name, path, x)
+    doc = write_truth(path, {"serving_default": {"x": (x, domain)}}, LIBRARY,
+                      os.path.basename(__file__), notes=MODELS[name][4],
+                      extra={"gradient_error": {
+                          "what": "max |saved gradient - true gradient| / max |true gradient| of "
+                                  "sum(y * cotangent), cotangent N(0,1) from default_rng(0), at inputs.npz",
+                          "y": err}})
+    return path, doc
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else HERE
+    for n in (sys.argv[2:] or MODELS):
+        p, d = build(n, out)
+        print(p, table(d), d["gradient_error"]["y"])
