@@ -30,6 +30,9 @@ class AuditOptions:
     order: int = 1  # 2: also check second derivatives (Hessian-vector products)
     probe_scales: tuple[float, ...] | None = None  # stability probe ladder; None: the default one
     timeout: float | None = None  # seconds for the model-running part, run in a child process
+    # Python packages to import or shared libraries to load (tf.load_op_library) before the audit, so that
+    # their custom ops and gradients are known
+    load_ops: tuple[str, ...] = ()
 
 
 def _rules_check(analysis, report: Report) -> list:
@@ -141,6 +144,10 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
     from .targets.saved_model import SavedModelFile
 
     key = signature or options.signature
+    if options.load_ops:
+        from .custom_ops import load_ops
+
+        load_ops(options.load_ops)
     try:
         model = SavedModelFile(path, options.tags)
         sig = model.signature(key)
@@ -350,8 +357,12 @@ def audit(target, **options) -> Report:
     """
     from .targets.python import KERAS_SUFFIXES, is_python_target, load_keras_file, resolve
 
-    opts = AuditOptions(**{k: tuple(v) if k in ("tags", "input_specs") and isinstance(v, list) else v
+    opts = AuditOptions(**{k: tuple(v) if k in ("tags", "input_specs", "load_ops") and isinstance(v, list) else v
                            for k, v in options.items()})
+    if opts.load_ops:
+        from .custom_ops import load_ops
+
+        load_ops(opts.load_ops)
     if not isinstance(target, (str, os.PathLike)):
         return audit_object(target, opts)
     target = os.fspath(target)

@@ -186,11 +186,15 @@ _PATH = click.Path(dir_okay=False)
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the part that runs the model (numeric checks, probes): it runs in a child process "
                    "and is marked 'error: timeout' when it takes longer; the static report stays.")
+@click.option("--load-ops", "load_ops", multiple=True, metavar="PACKAGE_OR_SO",
+              help="Import a Python package (tensorflow_text, tensorflow_decision_forests) or load a shared "
+                   "library (tf.load_op_library) before the audit, so its custom ops and gradients are known. "
+                   "Repeatable. Runs that code: command line or configuration file only.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks.")
 def audit_command(models, recursive, jobs, tags, signature, all_signatures, static_only, select, ignore,
                   ignore_ops, baseline, write_baseline, fail_on, exit_zero, fmt, output, json_path, sarif_path,
                   junit_path, markdown_path, seed, batch_size, dim, shapes, inputs_file, order, probe_scales,
-                  input_specs, allow_unsafe_ops, timeout, debug) -> None:
+                  input_specs, allow_unsafe_ops, timeout, load_ops, debug) -> None:
     """Audit each MODEL: a SavedModel folder (or its saved_model.pb; with --recursive, a folder of them),
     a Keras file (.keras, .h5), or a Python object as module:attr or file.py:attr.
 
@@ -213,7 +217,7 @@ def audit_command(models, recursive, jobs, tags, signature, all_signatures, stat
         opts = AuditOptions(tags=tag_set, signature=signature, static_only=static_only, seed=seed,
                             batch_size=batch_size, dim=dim, shapes=shapes, inputs_file=inputs_file,
                             order=order, probe_scales=probe_scales, input_specs=tuple(input_specs),
-                            allow_unsafe_ops=allow_unsafe_ops, timeout=timeout)
+                            allow_unsafe_ops=allow_unsafe_ops, timeout=timeout, load_ops=tuple(load_ops))
         with terminal.progress(len(paths)) as advance:
             audits = audit_models(paths, opts, all_signatures=all_signatures, jobs=jobs, debug=debug,
                                   on_done=advance)

@@ -88,6 +88,17 @@ def _given_positions(structure) -> tuple[int, ...]:
     return tuple(i for i, tensor in enumerate(leaves) if tensor)
 
 
+def _result_names(structure) -> list[str] | None:
+    """The names a saved function gives its results (the keys of a returned dict, flattened in TensorFlow's
+    sorted order), or None when it returns something else."""
+    if structure.WhichOneof("kind") != "dict_value":
+        return None
+    fields = structure.dict_value.fields
+    if any(fields[k].WhichOneof("kind") != "tensor_spec_value" for k in fields):
+        return None
+    return sorted(fields)
+
+
 class SavedModelFile:
     def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
         self.path = path
@@ -297,5 +308,8 @@ class SavedModelFile:
             if info is not None:
                 variables[arg.name] = info
         inputs = [TensorSpec(a.name, a.name, a.type, None) for a in args[:len(args) - len(bound)]]
-        outputs = [TensorSpec(a.name, a.name, a.type, None) for a in fdef.signature.output_arg]
+        names = _result_names(cf.output_signature) if cf is not None and cf.HasField("output_signature") else None
+        if names is None or len(names) != len(fdef.signature.output_arg):
+            names = [a.name for a in fdef.signature.output_arg]
+        outputs = [TensorSpec(n, a.name, a.type, None) for n, a in zip(names, fdef.signature.output_arg)]
         return SignatureGraph(fname, inputs, outputs, None, fname, variables)
