@@ -9,6 +9,7 @@ import sys
 import click
 
 from .report import FORMATS
+from .report.changes import DIFF_REPORTERS
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FAIL_ON = ("error", "warning", "info", "never")
@@ -137,6 +138,10 @@ _PATH = click.Path(dir_okay=False)
               help="Search folders for SavedModels and audit each.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Audit models in this many worker processes.")
+@click.option("--shard", callback=lambda _c, _p, v: _shard(v), metavar="K/N",
+              help="Audit only the K-th of N parts of the models found (by a hash of each model's path "
+                   "relative to the folder it was found in: the same part on every machine). Merge the "
+                   "parts' JSON reports with `gradaudit merge`.")
 @click.option("--tag", "tags", multiple=True, default=("serve",), show_default=True,
               help="Meta graph tag (repeat, or comma-separate, for a tag set).")
 @click.option("--signature", default="serving_default", show_default=True,
@@ -165,6 +170,7 @@ _PATH = click.Path(dir_okay=False)
 @click.option("--sarif", "sarif_path", type=_PATH, help="Also write a SARIF 2.1.0 report here.")
 @click.option("--junit", "junit_path", type=_PATH, help="Also write a JUnit XML report here.")
 @click.option("--markdown", "markdown_path", type=_PATH, help="Also write a Markdown report here.")
+@click.option("--html", "html_path", type=_PATH, help="Also write the HTML report (one self-contained file) here.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for synthesised inputs and directions.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=2, show_default=True,
               help="Size of unknown first dimensions.")
@@ -191,7 +197,7 @@ _PATH = click.Path(dir_okay=False)
                    "library (tf.load_op_library) before the audit, so its custom ops and gradients are known. "
                    "Repeatable. Runs that code: command line or configuration file only.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks.")
-def audit_command(models, recursive, jobs, tags, signature, all_signatures, static_only, select, ignore,
+def audit_command(models, recursive, jobs, shard, html_path, tags, signature, all_signatures, static_only, select, ignore,
                   ignore_ops, baseline, write_baseline, fail_on, exit_zero, fmt, output, json_path, sarif_path,
                   junit_path, markdown_path, seed, batch_size, dim, shapes, inputs_file, order, probe_scales,
                   input_specs, allow_unsafe_ops, timeout, load_ops, debug) -> None:
@@ -206,12 +212,17 @@ def audit_command(models, recursive, jobs, tags, signature, all_signatures, stat
     from . import baseline as baselines
     from .api import AuditOptions
     from .errors import GradauditError
-    from .report import render, terminal
+    from .report import terminal
     from .suppress import Policy
 
     tag_set = tuple(t for v in tags for t in v.split(",") if t)
     try:
         paths = find_models(models, recursive)
+        if shard:
+            from .shard import select as select_shard
+
+            paths = select_shard(paths, models, shard)
+            click.echo(f"gradaudit: shard {shard[0]}/{shard[1]}: {len(paths)} model(s)", err=True)
         policy = Policy(select=select, ignore=ignore or frozenset(), ignore_ops=ignore_ops,
                         baseline=baselines.load(baseline) if baseline else None)
         opts = AuditOptions(tags=tag_set, signature=signature, static_only=static_only, seed=seed,
@@ -232,19 +243,53 @@ def audit_command(models, recursive, jobs, tags, signature, all_signatures, stat
     reports = [policy.apply(r) for a in audits for r in a.reports]
     for failure in failures:
         click.echo(f"gradaudit: error: {failure.error}", err=True)
-    if reports:
-        extra = (("json", json_path), ("sarif", sarif_path), ("junit", junit_path), ("markdown", markdown_path))
+    changes = _since_baseline(baseline, reports, debug) if baseline else None
+    if reports or shard:  # an empty shard still writes its report, for `merge`
+        extra = (("json", json_path), ("sarif", sarif_path), ("junit", junit_path), ("markdown", markdown_path),
+                 ("html", html_path))
         targets = [(fmt, output), *((name, path) for name, path in extra if path)]
         if write_baseline:
             targets.append(("json", write_baseline))
-        for name, path in targets:
-            if name == "text" and path is None:
-                terminal.print_reports(reports, terminal.console(), fail_on, failures)
-            else:
-                _emit(render(name, reports, fail_on, failures), path, debug)
+        _write(targets, reports, fail_on, failures, changes, debug)
     if failures:
         sys.exit(EXIT_ERROR)
+    if changes is not None and changes.fails() and not exit_zero:  # a pair lost its gradient since the baseline
+        sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_FINDINGS if not exit_zero and any(r.gate_fails(fail_on) for r in reports) else EXIT_OK)
+
+
+def _shard(value: str | None) -> tuple[int, int] | None:
+    from .shard import parse
+
+    try:
+        return parse(value) if value else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _since_baseline(baseline: str, reports, debug: bool):
+    from .diff import since_baseline
+    from .errors import GradauditError
+    from .report.json_load import load
+
+    try:
+        return since_baseline(load(baseline).reports, reports, baseline)
+    except GradauditError as exc:
+        _fail(str(exc), debug)
+
+
+def _write(targets, reports, fail_on: str, failures, changes, debug: bool) -> None:
+    """Each (format, path) report of a run; the text report without a path goes to the terminal."""
+    from .report import terminal
+    from .report.changes import render_run, render_text
+
+    for name, path in targets:
+        if name == "text" and path is None:
+            terminal.print_reports(reports, terminal.console(), fail_on, failures)
+            if changes is not None and changes.changed():
+                click.echo("\n" + render_text(changes), nl=False)
+        else:
+            _emit(render_run(name, reports, fail_on, failures, changes), path, debug)
 
 
 def _emit(text: str, path: str | None, debug: bool) -> None:
@@ -283,3 +328,69 @@ def explain_command(code_or_slug: str) -> None:
         click.echo(f"gradaudit: error: no rule {code_or_slug!r} (see `gradaudit rules`)", err=True)
         sys.exit(EXIT_ERROR)
     click.echo(f"{r.code} {r.slug} ({r.severity.value})\n\n{r.doc}\n\nFix: {r.fix}")
+
+
+@main.command("merge")
+@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=False), metavar="REPORT.json...")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="Format of the merged report.")
+@click.option("--output", "-o", type=_PATH, default=None, help="Write the merged report here instead of stdout.")
+@click.option("--json", "json_path", type=_PATH, help="Also write the merged JSON report here.")
+@click.option("--sarif", "sarif_path", type=_PATH, help="Also write a SARIF 2.1.0 report here.")
+@click.option("--junit", "junit_path", type=_PATH, help="Also write a JUnit XML report here.")
+@click.option("--markdown", "markdown_path", type=_PATH, help="Also write a Markdown report here.")
+@click.option("--html", "html_path", type=_PATH, help="Also write the HTML report here.")
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
+              help="Lowest severity that makes the run fail (exit 1).")
+@click.option("--exit-zero/--no-exit-zero", default=False, help="Exit 0 even when findings fail the run.")
+@click.option("--debug", is_flag=True, help="Show Python tracebacks.")
+def merge_command(reports, fmt, output, json_path, sarif_path, junit_path, markdown_path, html_path, fail_on,
+                  exit_zero, debug) -> None:
+    """Merge the JSON reports of `--shard K/N` runs into one report and one exit code: 2 when a shard could
+    not audit a model, else 1 when a report fails, else 0."""
+    from .batch import AuditFailure, import_tensorflow_quietly
+    from .errors import GradauditError
+    from .report.json_load import load
+    from .shard import merge
+
+    import_tensorflow_quietly()  # the merged report names the TensorFlow version; its start-up chatter is not ours
+    try:
+        merged, errors = merge([load(path) for path in reports])
+    except GradauditError as exc:
+        _fail(str(exc), debug)
+    failures = [AuditFailure(path, error) for path, error in errors]
+    for failure in failures:
+        click.echo(f"gradaudit: error: {failure.error}", err=True)
+    extra = (("json", json_path), ("sarif", sarif_path), ("junit", junit_path), ("markdown", markdown_path),
+             ("html", html_path))
+    _write([(fmt, output), *((name, path) for name, path in extra if path)], merged, fail_on, failures, None,
+           debug)
+    if failures:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if not exit_zero and any(r.gate_fails(fail_on) for r in merged) else EXIT_OK)
+
+
+@main.command("diff")
+@click.argument("old", type=click.Path(dir_okay=False), metavar="OLD.json")
+@click.argument("new", type=click.Path(dir_okay=False), metavar="NEW.json")
+@click.option("--format", "fmt", type=click.Choice(tuple(DIFF_REPORTERS)), default="text", show_default=True,
+              help="text for a terminal, markdown for a pull-request comment, json, or html (one file).")
+@click.option("--output", "-o", type=_PATH, default=None, help="Write the changes here instead of stdout.")
+@click.option("--exit-zero/--no-exit-zero", default=False, help="Exit 0 even when a pair lost its gradient.")
+@click.option("--debug", is_flag=True, help="Show Python tracebacks.")
+def diff_command(old, new, fmt, output, exit_zero, debug) -> None:
+    """What changed between two JSON reports of the same models: flow pairs whose status changed (and the op
+    that cuts them now), sources and outputs that appeared or disappeared, findings new or gone.
+    Exit 1 when a pair lost its gradient (connected before, blocked or disconnected now)."""
+    from .batch import import_tensorflow_quietly
+    from .diff import compare
+    from .errors import GradauditError
+    from .report.json_load import load
+
+    import_tensorflow_quietly()
+    try:
+        changes = compare(load(old).reports, load(new).reports, old, new)
+    except GradauditError as exc:
+        _fail(str(exc), debug)
+    _emit(DIFF_REPORTERS[fmt](changes), output, debug)
+    sys.exit(EXIT_FINDINGS if changes.fails() and not exit_zero else EXIT_OK)

@@ -91,6 +91,9 @@ class Diff:
     def fails(self) -> bool:
         return bool(self.lost())
 
+    def changed(self) -> bool:
+        return any(m.state != "unchanged" for m in self.models)
+
     def to_dict(self) -> dict[str, Any]:
         return {"old": self.old, "new": self.new, "verdict": "fail" if self.fails() else "pass",
                 "lost_pairs": len(self.lost()), "models": [m.to_dict() for m in self.models]}
@@ -146,3 +149,10 @@ def compare(old: Sequence[Report], new: Sequence[Report], old_label: str = "old"
     for o, n in _match(old, new):
         models.append(compare_reports(o, n) if o is not None and n is not None else ModelChanges(o, n))
     return Diff(old_label, new_label, tuple(models))
+
+
+def since_baseline(baseline: Sequence[Report], reports: Sequence[Report], label: str) -> Diff:
+    """`--baseline`: the changes of this run's models; a model of the baseline this run did not audit is not
+    reported as removed (a run may audit a part of the models the baseline holds)."""
+    d = compare(baseline, reports, label, "this run")
+    return Diff(d.old, d.new, tuple(m for m in d.models if m.new is not None))

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..diff import Diff, ModelChanges, PairChange
+from ..model import Report
 from .json_report import SCHEMA_VERSION, tool_info
+
+if TYPE_CHECKING:
+    from ..batch import AuditFailure
 
 
 def _cuts(p: PairChange) -> str:
@@ -84,3 +88,22 @@ DIFF_REPORTERS: dict[str, Callable[[Diff], str]] = {
     "json": render_json,
     "html": render_html,
 }
+
+
+def render_run(fmt: str, reports: Sequence[Report], fail_on: str = "error", failures: Sequence[AuditFailure] = (),
+               changes: Diff | None = None) -> str:
+    """A run's report in `fmt`. With --baseline, what changed since it follows the text and Markdown reports
+    and is a section of the HTML one; the JSON, SARIF, JUnit and GitHub documents keep their contracts
+    (`gradaudit diff` writes the changes as JSON)."""
+    from . import html, render
+
+    if changes is None or not changes.changed():
+        return render(fmt, reports, fail_on, failures)
+    if fmt == "html":
+        return html.page(reports, fail_on, failures, changes)
+    text = render(fmt, reports, fail_on, failures)
+    if fmt == "text":
+        return text + "\n" + render_text(changes)
+    if fmt == "markdown":
+        return text + "\n" + render_markdown(changes)
+    return text
