@@ -75,24 +75,6 @@ def test_full_run_never_writes_into_the_model(samples, tmp_path, name):
     assert tree_digest(copy) == before
 
 
-def test_timeout_marks_the_checks_and_keeps_the_static_report(tmp_path):
-    class Slow(tf.Module):
-        def __init__(self):
-            self.w = tf.Variable(1.0, name="w")
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
-        def __call__(self, x):
-            _, h = tf.while_loop(lambda i, h: i < 10**9, lambda i, h: (i + 1, tf.sin(h) * self.w), (0, x))
-            return {"y": h, "cls": tf.cast(tf.argmax(h), tf.float32)}
-
-    path = save_module(Slow(), str(tmp_path / "slow"))
-    report = audit_saved_model(path, AuditOptions(timeout=6.0))
-    assert {f.rule for f in report.findings} == {"zero-gradient"}  # the static part is intact
-    assert report.numeric and all(n.status == "error" and n.reason.startswith("timeout") for n in report.numeric)
-    assert {n.source for n in report.numeric} == {"x", "w"}
-    assert any("did not complete" in n for n in report.notes)
-
-
 def test_timeout_not_reached_gives_the_child_results(samples):
     report = audit_saved_model(os.path.join(samples, "wrong_custom_gradient_2x"), AuditOptions(timeout=300.0))
     assert [n.status for n in report.numeric if n.source == "x"] == ["fail"]

@@ -172,7 +172,7 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
 
 def _execute(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
     """The part of an audit that runs the model: numeric checks, then stability probes."""
-    _guard("running the numeric checks", report, lambda: _run_numeric(report, path, options, key))
+    _guard("running the numeric checks", report, lambda: _run_numeric(report, path, options, key, analysis))
     _guard("running the stability probes", report, lambda: _run_stability(report, analysis, path, options, key))
 
 
@@ -200,10 +200,10 @@ def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str
         return
     if isinstance(child, tuple):
         _stage, detail, partial = child[1], child[2], child[3]
-        err = InternalError(_stage, RuntimeError(detail), partial or report)
-        err.detail = detail
+        err = InternalError(_stage, RuntimeError(detail))
+        err.detail = detail  # the child's exception, as it said it
         err.args = (f"internal error in gradaudit while {_stage}: {detail}; please report it",)
-        raise err
+        raise err.with_report(partial or report)
     report.seed = child.seed
     report.numeric.extend(child.numeric)
     report.stability.extend(child.stability)
@@ -221,19 +221,22 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
     traced = trace(obj, label, specs, kind)
     model = TracedModel(traced)
     sig = model.signature()
-    report, _ = _static_report(model, sig, Target(label, traced.kind, None, ()))
+    report, analysis = _static_report(model, sig, Target(label, traced.kind, None, ()))
     if not options.static_only:
         _check_inputs(sig, options)
     if _may_execute(report, options):
         report.seed = options.seed
-        _guard("running the numeric checks", report, lambda: _run_numeric_traced(report, traced, options))
+        _guard("running the numeric checks", report, lambda: _run_numeric_traced(report, traced, options, analysis))
         _guard("running the stability probes", report, lambda: _probe_traced(report, traced, options))
         if options.timeout:
             report.notes.append(f"--timeout applies to SavedModels; this {traced.kind} target ran in-process")
     return _finish(report)
 
 
-_STABILITY_RULES = {"unstable-gradient", "nonfinite-forward", "second-order-mismatch", "second-order-unavailable"}
+# gradient-mismatch: the probes also check the gradient at the probe points (numeric checks of the copy
+# do not run)
+_STABILITY_RULES = {"unstable-gradient", "nonfinite-forward", "second-order-mismatch", "second-order-unavailable",
+                    "gradient-mismatch"}
 
 
 def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
@@ -270,10 +273,12 @@ def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
         return replace(item, **fields)
 
     report.stability.extend(renamed(s) for s in copy.stability)
-    report.numeric.extend(renamed(n) for n in copy.numeric if (n.reason or "").startswith("order 2"))
-    # hazard lints (GA30x) the probes confirmed are errors in the copy: take those versions
+    report.numeric.extend(renamed(n) for n in copy.numeric
+                          if (n.reason or "").startswith("order 2") or n.scale is not None)
+    # hazard lints (GA30x) the probes judged are errors (confirmed) or info (not confirmed) in the copy:
+    # take those versions
     confirmed = {(f.rule, f.op.op_name): f for f in copy.findings
-                 if f.op and f.code.startswith("GA30") and f.severity.value == "error"}
+                 if f.op and f.code.startswith("GA30") and f.severity.value != "warning"}
     report.findings[:] = [renamed(confirmed[f.rule, f.op.op_name]) if f.op and (f.rule, f.op.op_name) in confirmed
                           else f for f in report.findings]
     report.findings.extend(renamed(f) for f in copy.findings if f.rule in _STABILITY_RULES)
@@ -299,11 +304,12 @@ def _add_numeric(report: Report, outcome) -> None:
     report.notes.extend(outcome.notes)
 
 
-def _run_numeric_traced(report: Report, traced, options: AuditOptions) -> None:
+def _run_numeric_traced(report: Report, traced, options: AuditOptions, analysis=None) -> None:
     from .numeric import run_numeric_function
 
     _add_numeric(report, run_numeric_function(traced.fn, report.sources, report.outputs, report.flow,
-                                              _numeric_options(options), variable_names=traced.variable_names))
+                                              _numeric_options(options), variable_names=traced.variable_names,
+                                              analysis=analysis))
 
 
 def _numeric_options(options: AuditOptions):
@@ -313,11 +319,11 @@ def _numeric_options(options: AuditOptions):
                           shapes=options.shapes, inputs_file=options.inputs_file)
 
 
-def _run_numeric(report: Report, path: str, options: AuditOptions, key: str) -> None:
+def _run_numeric(report: Report, path: str, options: AuditOptions, key: str, analysis=None) -> None:
     from .numeric import run_numeric
 
     _add_numeric(report, run_numeric(path, options.tags, key, report.sources, report.outputs, report.flow,
-                                     _numeric_options(options)))
+                                     _numeric_options(options), analysis=analysis))
 
 
 def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:

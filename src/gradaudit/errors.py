@@ -16,12 +16,18 @@ class InternalError(Exception):
     def __init__(self, stage: str, exc: BaseException, report: Any = None):
         self.stage = stage
         self.cause = exc
-        self.report = report  # the partial Report, when one exists
         first = str(exc).splitlines()[0] if str(exc) else ""
         self.detail = f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
         super().__init__(f"internal error in gradaudit while {stage}: {self.detail}; please report it")
+        self.report = None  # the partial Report, when one exists
+        if report is not None:
+            self.with_report(report)
 
     def with_report(self, report: Any) -> "InternalError":
+        """Keep the report as far as it got, marked incomplete: what this stage would have found is missing."""
         if self.report is None:
             self.report = report
+            line = f"{self.stage} did not finish: internal error in gradaudit ({self.detail})"
+            if line not in report.incomplete:
+                report.incomplete.append(line)
         return self

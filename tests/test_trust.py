@@ -1,0 +1,125 @@
+"""A crash is never a pass, a check that did not run makes the audit incomplete, and what gradaudit cannot
+know it does not state: internal errors, timeouts, models without signatures, ops whose gradient raises."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import tensorflow as tf
+from click.testing import CliRunner
+from helpers import save_module
+
+from gradaudit.api import AuditOptions, audit_saved_model
+from gradaudit.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+THIRDPARTY = os.path.join(ROOT, "sample_models", "thirdparty")
+
+
+@pytest.fixture(scope="module")
+def slow_model(tmp_path_factory) -> str:
+    """A healthy model whose forward pass never ends in practice: only a timeout stops the checks."""
+
+    class Slow(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(1.0, name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+        def __call__(self, x):
+            _, h = tf.while_loop(lambda i, h: i < 10**9, lambda i, h: (i + 1, tf.sin(h) * self.w), (0, x))
+            return {"y": h}
+
+    return save_module(Slow(), str(tmp_path_factory.mktemp("slow") / "slow"))
+
+
+def test_timeout_is_incomplete_never_a_pass(slow_model):
+    report = audit_saved_model(slow_model, AuditOptions(timeout=2.0))
+    assert not report.findings and {e.status for e in report.flow} == {"connected"}  # static part intact
+    assert report.verdict() == "incomplete" and not report.ok
+    assert len(report.incomplete) == 1 and "--timeout" in report.incomplete[0]
+    assert not report.numeric  # one line for the checks that did not run, not one row per source
+
+
+def test_timeout_exit_codes(slow_model, tmp_path):
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(main, [slow_model, "--timeout", "2", "--json", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "INCOMPLETE" in result.output and "not checked:" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "incomplete" and doc["incomplete"]
+    assert CliRunner().invoke(main, [slow_model, "--timeout", "2", "--fail-on", "never"]).exit_code == 0
+    assert CliRunner().invoke(main, [slow_model, "--timeout", "2", "--exit-zero"]).exit_code == 0
+
+
+@pytest.mark.parametrize("stage, target", [
+    ("running the stability probes", "gradaudit.stability._run"),
+    ("running the numeric checks", "gradaudit.numeric.session.run_session"),
+    ("running the static rules", "gradaudit.rules.flow.check"),
+])
+def test_a_crash_inside_gradaudit_is_said_to_be_one(samples, tmp_path, monkeypatch, stage, target):
+    """gradaudit's own code is made to fail (the model is healthy): exit 2, the one-line internal-error message
+    naming the stage, never a pass and never 'malformed model'; the partial report is still written."""
+    module, _, name = target.rpartition(".")
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("simulated bug")
+
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module(module), name, broken)
+    if target.endswith("flow.check"):  # the registry holds the function itself
+        from gradaudit import rules
+
+        monkeypatch.setattr(rules, "STATIC_CHECKS", tuple(broken if c.__name__ == "check" and c.__module__ ==
+                                                            module else c for c in rules.STATIC_CHECKS))
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(main, [os.path.join(samples, "mlp"), "--json", str(out)])
+    assert result.exit_code == 2, result.output
+    line = f"internal error in gradaudit while {stage}"
+    assert line in result.stderr and "RuntimeError: simulated bug; please report it" in result.stderr
+    assert "malformed" not in result.stderr and "PASS" not in result.output
+    doc = json.loads(out.read_text())  # the report as far as it got
+    assert doc["verdict"] == "fail" and doc["errors"] and line in doc["errors"][0]["error"]
+    assert doc["reports"] and doc["reports"][0]["flow"]
+
+
+def test_a_model_without_signatures_audits_its_saved_functions(tmp_path):
+    path = os.path.join(THIRDPARTY, "no_signatures")
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(main, [path, "--all-signatures", "--static-only", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert sorted(r["target"]["signature"] for r in doc["reports"]) == ["decode", "encode"]  # stable names
+    decode = next(r for r in doc["reports"] if r["target"]["signature"] == "decode")
+    assert {(e["source"], e["output"], e["status"]) for e in decode["flow"]} >= {("code", "recon", "connected")}
+    # without --static-only the numeric checks cannot run on a saved function: incomplete, not a pass
+    report = audit_saved_model(path, AuditOptions(signature="decode"))
+    assert report.verdict() == "incomplete" and "saved function" in report.incomplete[0]
+
+
+def test_all_signatures_on_a_model_with_nothing_to_audit_is_an_error(tmp_path):
+    path = str(tmp_path / "empty")
+    tf.saved_model.save(tf.Module(), path, signatures={})
+    result = CliRunner().invoke(main, [path, "--all-signatures", "--static-only"])
+    assert result.exit_code == 2 and "no signatures and no saved functions" in result.stderr
+
+
+def test_a_gradient_function_that_raises_is_an_error_not_connected():
+    report = audit_saved_model(os.path.join(THIRDPARTY, "prevent_gradient"), AuditOptions(static_only=True))
+    [f] = [f for f in report.findings if f.rule == "gradient-raises"]
+    assert f.code == "GA110" and f.severity.value == "error" and f.op.op_type == "PreventGradient"
+    assert "Gradient explicitly disabled" in f.message
+    blocked = {(e.source, e.output) for e in report.flow if e.status == "blocked"}
+    assert blocked and all(any(c.rule == "gradient-raises" for c in e.blocked_by)
+                           for e in report.flow if e.status == "blocked")
+    assert report.verdict() == "fail"
+
+
+def test_a_sampler_whose_gradient_skips_its_seed_is_connected():
+    """TFP's reparameterized Gamma sampler: its saved gradient returns nothing for the integer seed; the
+    recorded structure says which inputs its results belong to."""
+    report = audit_saved_model(os.path.join(THIRDPARTY, "tfp_gamma_rsample"), AuditOptions(static_only=True))
+    assert {e.status for e in report.flow} == {"connected"}
+    assert not [f for f in report.findings if f.rule == "integer-path"]
