@@ -1,0 +1,247 @@
+"""Hostile SavedModels for the safety gate: each writes or reads a canary file when TensorFlow loads, calls
+or differentiates it. build(name, folder, canary) saves one; ATTACKS says what the gate must name."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+
+SPEC = tf.TensorSpec([None], tf.float32, name="x")
+SAVE = tf.saved_model.SaveOptions(experimental_custom_gradients=True)
+
+
+@dataclass(frozen=True)
+class Attack:
+    op_type: str  # the op the finding names
+    where: str  # a part of the message saying where it runs from
+    reads: bool  # the canary is a secret that must not be read (else a file that must not be created)
+    code: str = "GA401"
+
+
+def _save(module, path: str, fn=None) -> str:
+    tf.saved_model.save(module, path, signatures={"serving_default": fn or module.__call__}, options=SAVE)
+    return path
+
+
+def _with_call(call, **attrs):
+    cls = type("Hostile", (tf.Module,), {"__call__": tf.function(call, input_signature=[SPEC], autograph=False)})
+    module = cls()
+    for key, value in attrs.items():
+        setattr(module, key, value)
+    return module
+
+
+def custom_gradient_writes(path: str, canary: str) -> str:
+    @tf.custom_gradient
+    def double(x):
+        def grad(dy):
+            tf.io.write_file(canary, "gradient ran")
+            return dy * 2.0
+
+        return x * 2.0, grad
+
+    return _save(_with_call(lambda self, x: {"y": double(x) * self.w}, w=tf.Variable(1.0, name="w")), path)
+
+
+def _dataset_model(path: str, make) -> str:
+    def call(self, x):
+        ds = make(tf.data.Dataset.from_tensor_slices(x))
+        return {"y": x * self.w + ds.reduce(0.0, lambda a, b: a + b)}
+
+    return _save(_with_call(call, w=tf.Variable(1.0, name="w")), path)
+
+
+def dataset_cache(path: str, canary: str) -> str:
+    return _dataset_model(path, lambda ds: ds.cache(canary))
+
+
+def dataset_snapshot(path: str, canary: str) -> str:
+    return _dataset_model(path, lambda ds: ds.snapshot(canary))
+
+
+def tfrecord_writer(path: str, canary: str) -> str:
+    def call(self, x):
+        strings = tf.data.Dataset.from_tensor_slices(tf.strings.as_string(x))
+        tf.data.experimental.TFRecordWriter(canary).write(strings)
+        return {"y": x * self.w}
+
+    return _save(_with_call(call, w=tf.Variable(1.0, name="w")), path)
+
+
+class _Resource(tf.saved_model.experimental.TrackableResource):
+    def __init__(self, canary: str, where: str):
+        self.canary, self.where = canary, where
+        super().__init__()
+
+    def _create_resource(self):
+        return tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[], shared_name=f"hostile_{self.where}")
+
+    def _initialize(self):
+        if self.where == "initialize":
+            tf.io.write_file(self.canary, "initializer ran")
+        return tf.raw_ops.AssignVariableOp(resource=self.resource_handle, value=1.0)
+
+    def _destroy_resource(self):
+        if self.where == "destroy":
+            tf.io.write_file(self.canary, "destroyer ran")
+        return tf.raw_ops.DestroyResourceOp(resource=self.resource_handle, ignore_lookup_error=True)
+
+
+def _resource_model(path: str, canary: str, where: str) -> str:
+    res = _Resource(canary, where)
+
+    def call(self, x):
+        return {"y": x * tf.raw_ops.ReadVariableOp(resource=self.res.resource_handle, dtype=tf.float32)}
+
+    return _save(_with_call(call, res=res), path)
+
+
+def destroyer_writes(path: str, canary: str) -> str:
+    return _resource_model(path, canary, "destroy")
+
+
+def initializer_writes(path: str, canary: str) -> str:
+    return _resource_model(path, canary, "initialize")
+
+
+def _tf1_model(path: str, canary: str, where: str) -> str:
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None], name="x")
+        w = tf.compat.v1.get_variable("w", initializer=2.0, use_resource=True)
+        write = tf.io.write_file(canary, "tf1 init ran")
+        if where == "signature":
+            with tf.control_dependencies([write]):  # only a control input of the output
+                y = tf.identity(x * w, name="y")
+        else:
+            y = tf.identity(x * w, name="y")
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            builder = tf.compat.v1.saved_model.Builder(path)
+            sig = tf.compat.v1.saved_model.predict_signature_def({"x": x}, {"y": y})
+            kwargs = {"main_op": write} if where == "main_op" else {}
+            builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": sig},
+                                                 **kwargs)
+            builder.save()
+    return path
+
+
+def tf1_main_op_writes(path: str, canary: str) -> str:
+    return _tf1_model(path, canary, "main_op")
+
+
+def tf1_control_dependency_writes(path: str, canary: str) -> str:
+    return _tf1_model(path, canary, "signature")
+
+
+def candidate_sampler_reads(path: str, canary: str) -> str:
+    def call(self, x):
+        classes = tf.zeros([1, 1], tf.int64)
+        sampled, _, _ = tf.random.fixed_unigram_candidate_sampler(classes, 1, 2, True, 3, vocab_file=canary)
+        return {"y": x * self.w + tf.cast(tf.reduce_sum(sampled), tf.float32)}
+
+    return _save(_with_call(call, w=tf.Variable(1.0, name="w")), path)
+
+
+def decode_proto_reads(path: str, canary: str) -> str:
+    def call(self, x):
+        _, values = tf.io.decode_proto(tf.constant([b""]), "gradaudit.Canary", ["f"], [tf.float32],
+                                       descriptor_source=canary)
+        return {"y": x * self.w + tf.reduce_sum(values[0])}
+
+    return _save(_with_call(call, w=tf.Variable(1.0, name="w")), path)
+
+
+def computed_table_path_reads(path: str, canary: str) -> str:
+    """A model with a real asset, whose lookup table's file name is computed from it: the asset exemption
+    must not cover it."""
+    vocab = os.path.join(os.path.dirname(path), "vocab_for_computed.txt")
+    with open(vocab, "w") as f:
+        f.write("a\nb\n")
+    asset = tf.saved_model.Asset(vocab)
+    relative = os.path.relpath(canary, os.path.join(path, "assets"))
+
+    def call(self, x):
+        table = tf.raw_ops.HashTableV2(key_dtype=tf.string, value_dtype=tf.int64)
+        name = tf.strings.join([self.asset.asset_path, "/../", relative])
+        init = tf.raw_ops.InitializeTableFromTextFileV2(table_handle=table, filename=name, key_index=-2,
+                                                        value_index=-1)
+        with tf.control_dependencies([init]):
+            size = tf.raw_ops.LookupTableSizeV2(table_handle=table)
+        return {"y": x * self.w + tf.cast(size, tf.float32)}
+
+    return _save(_with_call(call, w=tf.Variable(1.0, name="w"), asset=asset), path)
+
+
+def _lookup_model(path: str) -> str:
+    vocab = os.path.join(os.path.dirname(path), os.path.basename(path) + "_vocab.txt")
+    with open(vocab, "w") as f:
+        f.write("a\nb\n")
+    init = tf.lookup.TextFileInitializer(vocab, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64,
+                                         tf.lookup.TextFileIndex.LINE_NUMBER)
+
+    def call(self, x):
+        return {"y": x * self.w + tf.cast(self.table.lookup(tf.constant(["a"]))[0], tf.float32)}
+
+    path = _save(_with_call(call, w=tf.Variable(1.0, name="w"), table=tf.lookup.StaticHashTable(init, -1)), path)
+    os.remove(vocab)
+    return path
+
+
+def _rename_asset(path: str, name: str) -> None:
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = os.path.join(path, "saved_model.pb")
+    sm = saved_model_pb2.SavedModel()
+    with open(pb, "rb") as f:
+        sm.ParseFromString(f.read())
+    for asset in sm.meta_graphs[0].asset_file_def:
+        asset.filename = name
+    with open(pb, "wb") as f:
+        f.write(sm.SerializeToString())
+
+
+def asset_absolute(path: str, canary: str) -> str:
+    _rename_asset(_lookup_model(path), canary)
+    return path
+
+
+def asset_dotdot(path: str, canary: str) -> str:
+    _rename_asset(_lookup_model(path), os.path.relpath(canary, os.path.join(path, "assets")))
+    return path
+
+
+def asset_symlink(path: str, canary: str) -> str:
+    _lookup_model(path)
+    for name in os.listdir(os.path.join(path, "assets")):
+        os.remove(os.path.join(path, "assets", name))
+        os.symlink(canary, os.path.join(path, "assets", name))
+    return path
+
+
+ATTACKS: dict[str, tuple] = {
+    "custom_gradient_writes": (custom_gradient_writes, Attack("WriteFile", "signature 'serving_default'", False)),
+    "dataset_cache": (dataset_cache, Attack("CacheDatasetV2", "signature", False)),
+    "dataset_snapshot": (dataset_snapshot, Attack("SnapshotDatasetV2", "signature", False)),
+    "tfrecord_writer": (tfrecord_writer, Attack("DatasetToTFRecord", "signature", False)),
+    "destroyer_writes": (destroyer_writes, Attack("WriteFile", "_destroy_resource", False)),
+    "initializer_writes": (initializer_writes, Attack("WriteFile", "initializer", False)),
+    "tf1_main_op_writes": (tf1_main_op_writes, Attack("WriteFile", "saved_model_main_op", False)),
+    "tf1_control_dependency_writes": (tf1_control_dependency_writes, Attack("WriteFile", "signature", False)),
+    "candidate_sampler_reads": (candidate_sampler_reads, Attack("FixedUnigramCandidateSampler", "signature", True)),
+    "decode_proto_reads": (decode_proto_reads, Attack("DecodeProtoV2", "signature", True)),
+    "computed_table_path_reads": (computed_table_path_reads,
+                                  Attack("InitializeTableFromTextFileV2", "signature", True)),
+    "asset_absolute": (asset_absolute, Attack("asset", "outside", True, "GA403")),
+    "asset_dotdot": (asset_dotdot, Attack("asset", "outside", True, "GA403")),
+    "asset_symlink": (asset_symlink, Attack("asset", "symlink", True, "GA403")),
+}
+
+
+def build(name: str, folder: str, canary: str) -> str:
+    path = os.path.join(folder, name)
+    shutil.rmtree(path, ignore_errors=True)
+    return ATTACKS[name][0](path, canary)

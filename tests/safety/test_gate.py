@@ -1,0 +1,125 @@
+"""The safety gate on hostile SavedModels: after a default run (no --allow-unsafe-ops) no canary file is
+created and no secret is read, and the run exits 1 naming the op and where it runs from."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+
+import pytest
+import tensorflow as tf
+from click.testing import CliRunner
+
+from gradaudit.api import AuditOptions, audit_saved_model
+from gradaudit.cli import main
+
+from .attacks import ATTACKS, build
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """name -> (model path, canary path), every attack built once; secrets exist, written canaries do not."""
+    folder = tmp_path_factory.mktemp("hostile")
+    secrets = tmp_path_factory.mktemp("secrets")
+    built = {}
+    for name, (_, attack) in ATTACKS.items():
+        canary = str((secrets if attack.reads else folder) / f"{name}.canary")
+        if attack.reads:
+            with open(canary, "w") as f:
+                f.write("secret\n")
+        built[name] = (build(name, str(folder), canary), canary)
+    gc.collect()  # building ran the resources' initializers and destroyers here: their canaries go
+    for name, (_, canary) in built.items():
+        if not ATTACKS[name][1].reads and os.path.exists(canary):
+            os.remove(canary)
+    return built
+
+
+def _age(path: str) -> float:
+    """Set the file's access time before its modification time, so that any read moves it (relatime)."""
+    st = os.stat(path)
+    os.utime(path, (st.st_mtime - 3600, st.st_mtime))
+    return os.stat(path).st_atime
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_default_run_runs_nothing_and_names_the_op(hostile, name, tmp_path, monkeypatch):
+    path, canary = hostile[name]
+    attack = ATTACKS[name][1]
+    monkeypatch.chdir(tmp_path)
+    atime = _age(canary) if attack.reads else None
+    result = CliRunner().invoke(main, [path, "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    named = [f for f in doc["findings"] if f["code"] == attack.code and f["op_type"] == attack.op_type]
+    assert named and attack.where in named[0]["message"], doc["findings"]
+    assert not doc["numeric"] and not doc.get("stability")
+    if attack.reads:
+        assert os.stat(canary).st_atime == atime, "the secret was read"
+    else:
+        assert not os.path.exists(canary), "the canary was written"
+
+
+def test_the_canary_is_real_when_the_user_allows_it(hostile, tmp_path):
+    path, canary = hostile["custom_gradient_writes"]
+    report = audit_saved_model(path, AuditOptions(allow_unsafe_ops=True, probe_scales=(1.0,)))
+    assert report.numeric and os.path.exists(canary)  # the saved gradient really writes when it runs
+
+
+def test_a_lookup_table_of_its_own_asset_is_safe(tmp_path):
+    from .attacks import _lookup_model
+
+    report = audit_saved_model(_lookup_model(str(tmp_path / "lookup")), AuditOptions(static_only=True))
+    assert not [f for f in report.findings if f.code.startswith("GA4")]
+
+
+def test_unproven_op_blocks_execution_as_a_warning(tmp_path):
+    class Queued(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(1.0, name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+        def __call__(self, x):
+            q = tf.raw_ops.FIFOQueueV2(component_types=[tf.float32], capacity=1)
+            put = tf.raw_ops.QueueEnqueueV2(handle=q, components=[tf.reduce_sum(x)])
+            with tf.control_dependencies([put]):
+                got = tf.raw_ops.QueueDequeueV2(handle=q, component_types=[tf.float32])[0]
+            return {"y": x * self.w * got}
+
+    module = Queued()
+    path = str(tmp_path / "queued")
+    tf.saved_model.save(module, path, signatures={"serving_default": module.__call__})
+    report = audit_saved_model(path, AuditOptions())
+    unproven = [f for f in report.findings if f.rule == "unproven-op"]
+    assert {f.op.op_type for f in unproven} >= {"QueueEnqueueV2", "QueueDequeueV2"}
+    assert {f.severity.value for f in unproven} == {"warning"} and not report.numeric
+
+
+def test_an_op_this_tensorflow_does_not_know_is_not_proven_safe(tmp_path):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    class Plain(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(1.0, name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": tf.nn.relu(x * self.w)}
+
+    module = Plain()
+    path = str(tmp_path / "unknown")
+    tf.saved_model.save(module, path, signatures={"serving_default": module.__call__})
+    pb = os.path.join(path, "saved_model.pb")
+    sm = saved_model_pb2.SavedModel()
+    with open(pb, "rb") as f:
+        sm.ParseFromString(f.read())
+    assert not [f for f in audit_saved_model(path, AuditOptions(static_only=True)).findings
+                if f.code.startswith("GA4")]
+    relu = [n for f in sm.meta_graphs[0].graph_def.library.function for n in f.node_def if n.op == "Relu"]
+    relu[0].op = "GradauditNoSuchOp"
+    with open(pb, "wb") as f:
+        f.write(sm.SerializeToString())
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    found = [f for f in report.findings if f.rule == "unproven-op"]
+    assert [f.op.op_type for f in found] == ["GradauditNoSuchOp"] and "not an op this TensorFlow knows" in found[0].message
