@@ -123,3 +123,38 @@ def test_a_sampler_whose_gradient_skips_its_seed_is_connected():
     report = audit_saved_model(os.path.join(THIRDPARTY, "tfp_gamma_rsample"), AuditOptions(static_only=True))
     assert {e.status for e in report.flow} == {"connected"}
     assert not [f for f in report.findings if f.rule == "integer-path"]
+
+
+def test_a_gradient_that_cannot_be_verified_is_unknown_with_a_note(tmp_path):
+    """A MatMul whose saved node lost its type attribute: its replica cannot be built, which says nothing about
+    its gradient. Its pairs are `unknown` with a note naming it, never silently connected."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(tf.ones([3, 2]), name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": tf.matmul(x, self.w), "z": x * 2.0}
+
+    path = save_module(M(), str(tmp_path / "m"))
+    sm = saved_model_pb2.SavedModel()
+    pb = os.path.join(path, "saved_model.pb")
+    with open(pb, "rb") as f:
+        sm.ParseFromString(f.read())
+    edited = 0
+    for fdef in sm.meta_graphs[0].graph_def.library.function:
+        for node in fdef.node_def:
+            if node.op == "MatMul":
+                del node.attr["T"]
+                edited += 1
+    assert edited
+    with open(pb, "wb") as f:
+        f.write(sm.SerializeToString())
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    statuses = {(e.source, e.output): e.status for e in report.flow}
+    assert statuses[("x", "y")] == "unknown" and statuses[("w", "y")] == "unknown"
+    assert statuses[("x", "z")] == "connected"
+    assert any("MatMul" in n and "cannot be verified" in n for n in report.notes)
+    assert report.verdict() == "incomplete"

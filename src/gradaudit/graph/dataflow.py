@@ -58,6 +58,7 @@ class Dataflow:
     producer: dict[int, int] = field(default_factory=dict)  # tensor -> op node that computes it
     aliased_from: dict[int, list[int]] = field(default_factory=dict)  # tensor -> tensors it takes the value of
     const_value: dict[int, float] = field(default_factory=dict)  # tensor -> value, for scalar numeric Consts
+    shape: dict[int, object] = field(default_factory=dict)  # tensor -> TensorShapeProto saved with the graph
     # saved custom-gradient function -> its own inlined Dataflow (the hazard lints read inside it)
     gradient_graphs: dict[str, Dataflow] = field(default_factory=dict)
 
@@ -179,6 +180,10 @@ class DataflowBuilder:
         if name in self._stack:
             raise RecursionError(f"function {name} calls itself")
         self._stack.append(name)
+        for i, t in enumerate(args):
+            shapes = fdef.arg_attr[i].attr["_output_shapes"].list.shape if i in fdef.arg_attr else ()
+            if shapes and t not in self.g.shape:
+                self.g.shape[t] = shapes[0]
         try:
             bound = {a.name: [t] for a, t in zip(fdef.signature.input_arg, args)}
             outs, layouts = self._wire_nodes(list(fdef.node_def), name, bound, in_function=True,
@@ -205,6 +210,9 @@ class DataflowBuilder:
             layouts.update(_layouts_from_uses(unknown, nodes, extra_refs, in_function))
         for node in nodes:
             outs[node.name] = [g.new_node(d) for d in layouts[node.name].dtypes]
+            if "_output_shapes" in node.attr:
+                for t, shape in zip(outs[node.name], node.attr["_output_shapes"].list.shape):
+                    g.shape[t] = shape
         if len(g.dtype) > self.max_nodes:
             raise MemoryError("graph too large to inline")
         if unknown:
@@ -317,7 +325,8 @@ class DataflowBuilder:
             kind, passes = None, (False,) * len(inputs)
             uncertain, maybe = f"op type {op_type} is not known to this TensorFlow", True
         elif any(carries_gradient(d) for d in in_dtypes):
-            info = self.oracle.info(op_type, in_dtypes, layout.dtypes, node.attr)
+            info = self.oracle.info(op_type, in_dtypes, layout.dtypes, node.attr,
+                                    tuple(g.shape.get(t) for t in inputs))
             kind, passes = info.kind, info.passes
             if kind is GradKind.RAISES:
                 grad_error = info.reason

@@ -75,7 +75,9 @@ class GradientOracle:
         self._cache: dict[tuple, GradInfo] = {}
 
     def info(self, op_type: str, in_dtypes: tuple[int, ...], out_dtypes: tuple[int, ...],
-             attrs) -> GradInfo:
+             attrs, in_shapes: tuple | None = None) -> GradInfo:
+        """`in_shapes` (TensorShapeProtos or None, per input) are used only when the gradient function fails
+        on a replica without shapes: some raise only for shapes they cannot read statically (QrGrad)."""
         kind = registry_kind(op_type)
         if kind is not GradKind.REGISTERED:
             return GradInfo(kind, (False,) * len(in_dtypes), True)
@@ -84,9 +86,14 @@ class GradientOracle:
         if found is None:
             found = self._probe(op_type, in_dtypes, out_dtypes, attrs)
             self._cache[key] = found
+        if (found.kind is GradKind.RAISES or not found.verified) and in_shapes and any(in_shapes):
+            shaped = key + (tuple(s.SerializeToString() if s is not None else b"" for s in in_shapes),)
+            if shaped not in self._cache:
+                self._cache[shaped] = self._probe(op_type, in_dtypes, out_dtypes, attrs, in_shapes)
+            found = self._cache[shaped]
         return found
 
-    def _probe(self, op_type, in_dtypes, out_dtypes, attrs) -> GradInfo:
+    def _probe(self, op_type, in_dtypes, out_dtypes, attrs, in_shapes=None) -> GradInfo:
         def unverified(reason: str) -> GradInfo:
             return GradInfo(GradKind.REGISTERED, tuple(carries_gradient(d) for d in in_dtypes), False, reason)
 
@@ -96,8 +103,10 @@ class GradientOracle:
         graph = tf.Graph()
         try:
             with graph.as_default():
-                inputs = [tf.compat.v1.placeholder(tf.dtypes.as_dtype(d if d < 100 else d - 100))
-                          for d in in_dtypes]
+                shapes = in_shapes or (None,) * len(in_dtypes)
+                inputs = [tf.compat.v1.placeholder(tf.dtypes.as_dtype(d if d < 100 else d - 100),
+                                                   shape=tf.TensorShape(s) if s is not None else None)
+                          for d, s in zip(in_dtypes, shapes)]
                 clean = {k: v for k, v in attrs.items() if not k.startswith("_")
                          and not v.HasField("placeholder")}
                 op = graph._create_op_internal(  # noqa: SLF001 - replica of a saved node
@@ -114,6 +123,10 @@ class GradientOracle:
         except (LookupError, NotImplementedError) as exc:  # the gradient function refuses: training raises
             return GradInfo(GradKind.RAISES, (False,) * len(in_dtypes), True, _first_line(exc))
         except Exception as exc:  # noqa: BLE001 - may depend on shapes the replica does not have
+            if in_shapes and all(s is not None for s in in_shapes):
+                # the replica has the saved shapes, which are what TensorFlow sees when it builds this
+                # gradient for the loaded function: its failure is the real one
+                return GradInfo(GradKind.RAISES, (False,) * len(in_dtypes), True, _first_line(exc))
             log.debug("gradient function of %s failed on the replica: %s", op_type, exc)
             return unverified(f"its registered gradient function fails on a replica without the saved "
                               f"shapes ({_first_line(exc)})")
