@@ -99,7 +99,10 @@ def _check_inputs(sig, options: AuditOptions) -> None:
     import tensorflow as tf
 
     from .numeric.inputs import InputError, synthesise
+    from .safety.budget import check_inputs_file
 
+    if options.inputs_file:
+        check_inputs_file(options.inputs_file)
     specs = {s.name: tf.TensorSpec(s.shape, tf.dtypes.as_dtype(s.dtype)) for s in sig.inputs}
     unknown = sorted(set(options.shapes) - set(specs))
     if unknown:

@@ -10,6 +10,7 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from ..errors import GradauditError
 from ..graph.library import Library
+from ..safety.budget import check_count_attrs, read_capped
 
 INIT_OP_KEY = "__saved_model_init_op"
 
@@ -105,6 +106,7 @@ class SavedModelFile:
         self.meta_graph = self.choose_meta_graph(self.parse(path), tags)
         self.graph_def = self.meta_graph.graph_def
         self.library = Library(self.graph_def)
+        check_count_attrs(self.graph_def, self.library.op_def)
         self.object_graph = self.meta_graph.object_graph_def
         self._nodes = {n.name: n for n in self.graph_def.node}
         for fn in self.library.registered_gradients.values():
@@ -124,11 +126,9 @@ class SavedModelFile:
         sm = saved_model_pb2.SavedModel()
         try:
             if os.path.exists(pb):
-                with open(pb, "rb") as f:
-                    sm.ParseFromString(f.read())
+                sm.ParseFromString(read_capped(pb, "saved_model.pb"))
             elif os.path.exists(pbtxt):
-                with open(pbtxt, encoding="utf-8") as f:
-                    text_format.Parse(f.read(), sm)
+                text_format.Parse(read_capped(pbtxt, "saved_model.pbtxt").decode("utf-8"), sm)
             else:
                 raise GradauditError(f"{path}: not a SavedModel (no saved_model.pb inside; --recursive "
                                      "searches a folder for SavedModels)")

@@ -1,0 +1,91 @@
+"""Byte budgets for what gradaudit reads before anything runs: regular files only, under a cap, and `--inputs`
+archives whose arrays, once decompressed, fit in a cap. A refusal is the input's fault (exit 2)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import zipfile
+
+from ..errors import GradauditError
+
+MAX_GRAPH_BYTES = 1 << 30  # saved_model.pb; protobuf itself stops at 2 GiB
+MAX_INPUT_BYTES = 256 << 20  # --inputs, decompressed: gradient checks use small batches
+MAX_COUNT_ATTR = 1_000_000  # an op's `num`/`N`-style attribute: how many inputs or outputs it has
+
+
+def _regular(path: str, what: str) -> int:
+    """The size of `path`, refusing what is not a regular file (a FIFO or device would block or never end)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise GradauditError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise GradauditError(f"{path}: {what} is not a regular file (a FIFO, device or socket); not opened")
+    return st.st_size
+
+
+def read_capped(path: str, what: str, cap: int = MAX_GRAPH_BYTES) -> bytes:
+    """The bytes of a regular file of at most `cap` bytes."""
+    if _regular(path, what) > cap:
+        raise GradauditError(f"{path}: {what} is larger than {cap >> 20} MiB; not read")
+    with open(path, "rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:  # it grew since
+        raise GradauditError(f"{path}: {what} is larger than {cap >> 20} MiB; not read")
+    return data
+
+
+def _npy_bytes(f) -> int:
+    """The bytes an .npy stream's header says its array holds (numpy allocates them before reading)."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    version = npy.read_magic(f)
+    shape, _, dtype = (npy.read_array_header_1_0(f) if version == (1, 0) else npy.read_array_header_2_0(f))
+    count = 1
+    for d in shape:
+        count *= int(d)
+    return count * np.dtype(dtype).itemsize
+
+
+def check_inputs_file(path: str, cap: int = MAX_INPUT_BYTES) -> None:
+    """Refuse an --inputs file that is not a regular file or whose arrays would take more than `cap` bytes."""
+    size = _regular(path, "--inputs")
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                declared = sum(info.file_size for info in archive.infolist())
+                arrays = 0
+                for info in archive.infolist():
+                    if info.filename.endswith(".npy"):
+                        with archive.open(info) as f:
+                            arrays += _npy_bytes(f)
+                    if max(declared, arrays) > cap:
+                        break
+        else:
+            declared = size
+            with open(path, "rb") as f:
+                arrays = _npy_bytes(f)
+    except (ValueError, OSError, zipfile.BadZipFile, TypeError) as exc:
+        raise GradauditError(f"cannot read --inputs {path}: {exc}") from None
+    if max(declared, arrays) > cap:
+        raise GradauditError(f"--inputs {path} holds more than {cap >> 20} MiB of arrays once decompressed; "
+                             "not loaded (gradient checks need small batches)")
+
+
+def check_count_attrs(graph_def, op_def) -> None:
+    """Refuse a graph whose count attributes (`Unpack`'s num, `N` of a list) exceed MAX_COUNT_ATTR, before
+    any layout is built from them: a 13 KB file must not make a list of 3e8 outputs."""
+    bodies = [graph_def.node] + [f.node_def for f in graph_def.library.function]
+    for body in bodies:
+        for node in body:
+            definition = op_def(node.op)
+            if definition is None:
+                continue
+            for arg in (*definition.input_arg, *definition.output_arg):
+                if arg.number_attr and arg.number_attr in node.attr:
+                    n = node.attr[arg.number_attr].i
+                    if not 0 <= n <= MAX_COUNT_ATTR:
+                        raise GradauditError(f"malformed model: {node.op} {node.name!r} has {arg.number_attr} = "
+                                             f"{n}, beyond {MAX_COUNT_ATTR:,}")
