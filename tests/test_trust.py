@@ -158,3 +158,21 @@ def test_a_gradient_that_cannot_be_verified_is_unknown_with_a_note(tmp_path):
     assert statuses[("x", "z")] == "connected"
     assert any("MatMul" in n and "cannot be verified" in n for n in report.notes)
     assert report.verdict() == "incomplete"
+
+
+@pytest.mark.parametrize("shape, expected", [([3, 3], "connected"), ([None, None], "blocked")])
+def test_a_gradient_that_raises_only_for_some_shapes(tmp_path, shape, expected):
+    """QrGrad raises for dynamic shapes only: the replica is judged with the saved shapes, as TensorFlow does."""
+    from truth import contradictions, tape_truth
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="x")])
+        def __call__(self, x):
+            return {"r": tf.linalg.qr(x)[1]}
+
+    path = save_module(M(), str(tmp_path / "qr"))
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    assert [e.status for e in report.flow] == [expected]
+    assert ("gradient-raises" in {f.rule for f in report.findings}) == (expected == "blocked")
+    if shape[0] is not None:
+        assert contradictions(report, tape_truth(path, ["serving_default"])["serving_default"]) == []
