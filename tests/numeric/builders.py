@@ -323,3 +323,66 @@ def scalar_variable_model(path: str) -> str:
             return {"y": tf.tanh(self.scale * x @ self.w)}
 
     return save(M(), path)
+
+
+def wrong_above_two(path: str) -> str:
+    """A softplus whose custom gradient is right for x <= 2 and halved for x > 2: the synthesised N(0, 1)
+    point never sees it; the probe points at large scales do."""
+
+    @tf.custom_gradient
+    def softplus(x):
+        def grad(dy):
+            return dy * tf.sigmoid(x) * tf.where(x > 2.0, 0.5, 1.0)
+
+        return tf.nn.softplus(x), grad
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+        def __call__(self, x):
+            return {"y": softplus(x) * tf.constant([1.0, -0.5, 0.25, 2.0])}
+
+    return save(M(), path)
+
+
+def keras_log1pexp(path: str) -> str:
+    """A Keras model whose activation is log(exp(x) + 1) written out (GA301), exported with model.export."""
+    import keras
+
+    inp = keras.Input((4,), name="x")
+    h = keras.layers.Dense(8, activation=lambda z: keras.ops.log(keras.ops.exp(z) + 1.0))(inp)
+    out = keras.layers.Dense(2)(h)
+    model = keras.Model(inp, out)
+    model.export(path, verbose=False)
+    return path
+
+
+def keras_text(path: str, mask: bool) -> str:
+    """Embedding (vocabulary 50) -> LSTM -> Dense; with mask_zero=True token id 0 is padding."""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((6,), dtype="int32", name="tokens")
+    h = keras.layers.Embedding(50, 8, mask_zero=mask)(inp)
+    h = keras.layers.LSTM(5)(h)
+    model = keras.Model(inp, keras.layers.Dense(2)(h))
+    model.export(path, verbose=False)
+    return path
+
+
+def softmax_xent(path: str, smoothed: bool = False) -> str:
+    """A loss model: logits = x @ w, loss = softmax_cross_entropy_with_logits(labels, logits), with the
+    labels a float input (taken as they are, or label-smoothed: then their domain is not read)."""
+    rng = _rng(4)
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = _var(rng, (4, 3), "w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x"),
+                                      tf.TensorSpec([None, 3], tf.float32, name="labels")])
+        def __call__(self, x, labels):
+            y = labels * 0.9 + 0.1 / 3.0 if smoothed else labels
+            loss = tf.nn.softmax_cross_entropy_with_logits(labels=y, logits=x @ self.w)
+            return {"loss": loss}
+
+    return save(M(), path)

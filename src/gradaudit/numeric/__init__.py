@@ -38,30 +38,34 @@ class NumericOutcome:
 
 def run_numeric(model_dir: str, tags: tuple[str, ...], signature: str,
                 sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
-                options: NumericOptions, progress: Callable[[str], None] | None = None) -> NumericOutcome:
+                options: NumericOptions, progress: Callable[[str], None] | None = None,
+                analysis=None) -> NumericOutcome:
     """Check, for every differentiable source of a SavedModel signature, that TensorFlow's gradient is
-    the derivative of the forward pass.
+    the derivative of the forward pass. `analysis`, the static pass's StaticAnalysis, tells what values
+    the inputs are made for (token ids, label distributions); without it they are generic.
 
     Never raises for a model that cannot load, run or be differentiated: those become results with
     status `error` (and a finding when the model itself is at fault).
     """
+    from .domains import infer
     from .session import run_session
 
     return _guarded(lambda: run_session(model_dir, tags, signature, sources, outputs, flow, options,
-                                        progress or (lambda _msg: None)))
+                                        progress or (lambda _msg: None), infer(analysis)))
 
 
 def run_numeric_function(fn, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
                          options: NumericOptions, variable_names: Mapping[int, object] | None = None,
-                         progress: Callable[[str], None] | None = None) -> NumericOutcome:
+                         progress: Callable[[str], None] | None = None, analysis=None) -> NumericOutcome:
     """The same checks on a traced ConcreteFunction (Python and Keras targets). Inputs are named by their
     placeholders' op names, outputs by `outputs` (in the function's flat output order), variables by
     `variable_names` (id of the variable's handle -> an object with `.name`), else by `var.name`. The
     float64 upcast needs a SavedModel, so these run in the function's own precision."""
+    from .domains import infer
     from .session import run_function_session
 
     return _guarded(lambda: run_function_session(fn, sources, outputs, flow, options, dict(variable_names or {}),
-                                                 progress or (lambda _msg: None)))
+                                                 progress or (lambda _msg: None), infer(analysis)))
 
 
 def _guarded(run: Callable[[], NumericOutcome]) -> NumericOutcome:

@@ -18,6 +18,7 @@ import numpy as np
 from ..model import Finding, NumericResult, OpRef
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, sweep
+from .domains import Domains
 from .runner import Runner
 from .sweep import Estimate, Ladder
 
@@ -45,6 +46,8 @@ class Settings:
     resolution: float  # a check passes only if its error bound is below resolution * scale
     op_types: frozenset[str]
     custom_gradients: list[OpRef] = field(default_factory=list)  # the usual suspects of a mismatch
+    domains: Domains = field(default_factory=Domains)  # what the inputs are made for
+    given: frozenset[str] = frozenset()  # inputs read from --inputs
 
 
 @dataclass
@@ -406,6 +409,16 @@ class Checker:
     def _report_failure(self, group: Group, attempts: list[Attempt], evaluations: int, u, result) -> None:
         failed = [a for a in attempts if a.kind == "fail"]
         confirming = failed[-1]  # the runner still sits at its point
+        doubt = self.s.domains.doubtful(self._sources(group), group.outputs, self.s.given)
+        if doubt is not None:
+            op = doubt.op
+            self.results.append(result(
+                "inconclusive", f"a discrepancy (rel. error {failed[0].est.rel_error:.1e}) through {op.op_type} "
+                f"'{op.op_name}' in {op.function}, whose registered gradient assumes its labels are a "
+                f"distribution: {doubt.input} reaches those labels through other ops, so whether the "
+                f"synthesised {doubt.input} makes them one is unknown; give real examples with --inputs",
+                e=failed[0].est, evals=evaluations))
+            return
         culprits: list[tuple[list[int], Estimate]] = []
         if len(group.variables) > 1:
             culprits, spent = self._bisect(group, u, confirming)

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .domains import COUNT_HIGH, Domains
+
 
 class InputError(ValueError):
     """An input cannot be built (unknown rank, shape mismatch, bad --inputs file)."""
@@ -27,21 +29,35 @@ def _shape(name: str, spec: Any, batch_size: int, dim: int,
     return tuple(d if d is not None else (batch_size if i == 0 else dim) for i, d in enumerate(known))
 
 
+def _read(inputs_file: str | None) -> dict[str, np.ndarray]:
+    if not inputs_file:
+        return {}
+    try:
+        with np.load(inputs_file, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read --inputs {inputs_file}: {exc}") from exc
+
+
+def given_inputs(inputs_file: str | None) -> frozenset[str]:
+    """The inputs the user gave real values for (their domains are the user's, not inferred)."""
+    return frozenset(_read(inputs_file))
+
+
 def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int,
-               shapes: Mapping[str, tuple[int, ...]], inputs_file: str | None) -> dict[str, np.ndarray]:
+               shapes: Mapping[str, tuple[int, ...]], inputs_file: str | None,
+               domains: Domains | None = None) -> dict[str, np.ndarray]:
     """One array per signature input, in the input's own dtype.
 
-    Floats are N(0, 1) (seeded), integers zeros (always valid indices), bools False, strings empty.
-    Arrays from `inputs_file` (an .npz keyed by signature input name) take precedence, and their first
-    dimension is the batch size of the others.
+    Floats are N(0, 1) (seeded), class-probability labels (`domains`) non-negative rows summing to 1;
+    integers are token ids in [1, vocabulary) where the graph tells the table they index, with a little
+    padding (0) only where a mask reads them, 0 where they index a table of unknown size, else small
+    positive integers; bools False, strings empty. Arrays from `inputs_file` (an .npz keyed by signature
+    input name) take precedence, and their first dimension is the batch size of the others.
     """
-    given: dict[str, np.ndarray] = {}
+    domains = domains or Domains()
+    given = _read(inputs_file)
     if inputs_file:
-        try:
-            with np.load(inputs_file, allow_pickle=False) as data:
-                given = {k: data[k] for k in data.files}
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot read --inputs {inputs_file}: {exc}") from exc
         unknown = sorted(set(given) - set(specs))
         if unknown:
             raise InputError(f"--inputs {inputs_file} has arrays {unknown} that are not signature "
@@ -61,12 +77,23 @@ def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int
             arrays[name] = value.astype(np_dtype)
             continue
         shape = _shape(name, spec, batch_size, dim, shapes)
+        domain = domains.inputs.get(name)
         if spec.dtype.is_floating or spec.dtype.is_complex:
-            arrays[name] = rng.standard_normal(shape).astype(np_dtype)
+            if domain is not None and domain.kind == "distribution" and len(shape) >= 1:
+                rows = rng.random(shape) + 0.05
+                arrays[name] = (rows / rows.sum(axis=-1, keepdims=True)).astype(np_dtype)
+            else:
+                arrays[name] = rng.standard_normal(shape).astype(np_dtype)
         elif spec.dtype.is_bool:
             arrays[name] = np.zeros(shape, dtype=bool)
         elif spec.dtype.name == "string":
             arrays[name] = np.full(shape, b"", dtype=object)
+        elif spec.dtype.is_integer and domain is not None and domain.kind != "index":
+            high = domain.high if domain.kind == "ids" and domain.high else COUNT_HIGH
+            ids = rng.integers(1, max(high, 2), size=shape)
+            if domain.padded and len(shape) >= 2 and shape[-1] > 1:
+                ids[1::2, ..., -1] = 0  # every other example ends with one padding position
+            arrays[name] = ids.astype(np_dtype)
         else:
             arrays[name] = np.zeros(shape, dtype=np_dtype)
     return arrays

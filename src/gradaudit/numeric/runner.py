@@ -32,7 +32,14 @@ def describe(exc: BaseException) -> str:
     for ln in lines:  # keep TensorFlow's useful sentence, not its advice
         if "Could not find callback" in ln or "No gradient defined" in ln:
             return ln.split(". ")[0].rstrip(".")[:300]
-    return (f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__)[:300]
+    # A graph execution error says where first ("Detected at node X ...") and what after the stack.
+    node = next((ln.split()[3] for ln in lines if ln.startswith("Detected at node") and len(ln.split()) > 3), None)
+    said = [ln for ln in lines if not ln.startswith(_BOILERPLATE)]
+    head = f"{type(exc).__name__}: {said[0] if said else lines[0] if lines else ''}".rstrip(": ")
+    return (f"{head[:260]} (op {node})" if node else head)[:300]
+
+
+_BOILERPLATE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "File ", "Stack trace")
 
 
 @dataclass

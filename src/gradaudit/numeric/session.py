@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,8 @@ from ..model import FlowEntry, NumericResult, OpRef, Output, Source
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, NumericOptions, NumericOutcome
 from .checks import Checker, Group, Settings, output_label
-from .inputs import InputError, synthesise
+from .domains import Domains
+from .inputs import InputError, given_inputs, synthesise
 from .runner import ModelError, PositionalFunction, Runner, describe, load, signature_variables
 from .savedmodel import SavedModelInfo, read_saved_model
 from .sweep import ladder_for
@@ -39,7 +40,8 @@ class Plan:
     """Which inputs, variables and outputs take part, from the static pass's lists and flow. Built from
     a SavedModel signature (`Plan(info, ...)`) or from a function's specs (`Plan.of_function`)."""
 
-    def __init__(self, info: SavedModelInfo, sources: list[Source], outputs: list[Output], flow: list[FlowEntry]):
+    def __init__(self, info: SavedModelInfo, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
+                 domains: Domains | None = None):
         import tensorflow as tf
 
         sig = info.meta_graph.signature_def
@@ -48,20 +50,21 @@ class Plan:
         sig = sig[info.signature]
         self._setup({k: tf.TensorSpec(tf.TensorShape(t.tensor_shape), tf.as_dtype(t.dtype))
                      for k, t in sig.inputs.items()},
-                    {k: tf.as_dtype(t.dtype) for k, t in sig.outputs.items()}, sources, outputs, flow)
+                    {k: tf.as_dtype(t.dtype) for k, t in sig.outputs.items()}, sources, outputs, flow, domains)
 
     @classmethod
     def of_function(cls, specs: dict[str, Any], out_dtypes: dict[str, Any], sources: list[Source],
-                    outputs: list[Output], flow: list[FlowEntry]) -> Plan:
+                    outputs: list[Output], flow: list[FlowEntry], domains: Domains | None = None) -> Plan:
         plan = cls.__new__(cls)
-        plan._setup(specs, out_dtypes, sources, outputs, flow)
+        plan._setup(specs, out_dtypes, sources, outputs, flow, domains)
         return plan
 
     def _setup(self, specs: dict[str, Any], out_dtypes: dict[str, Any], sources: list[Source],
-               outputs: list[Output], flow: list[FlowEntry]) -> None:
+               outputs: list[Output], flow: list[FlowEntry], domains: Domains | None) -> None:
         import tensorflow as tf
 
         self.specs = specs
+        self.domains = domains or Domains()
         wanted = [o.name for o in outputs if o.name in out_dtypes] or sorted(out_dtypes)
         self.float_outputs = [o for o in wanted if out_dtypes[o].is_floating]
         self.input_sources = [s.name for s in sources if s.kind == "input" and s.differentiable
@@ -102,10 +105,10 @@ def _skipped(source: str, output: str, reason: str) -> NumericResult:
                          dtype=None, evaluations=0, reason=reason)
 
 
-def _point(plan: Plan, options: NumericOptions) -> dict[str, np.ndarray] | NumericOutcome:
+def _point(plan: Plan, options: NumericOptions, domains: Domains) -> dict[str, np.ndarray] | NumericOutcome:
     try:
         return synthesise(plan.specs, seed=options.seed, batch_size=options.batch_size, dim=options.dim,
-                          shapes=options.shapes, inputs_file=options.inputs_file)
+                          shapes=options.shapes, inputs_file=options.inputs_file, domains=domains)
     except InputError as exc:
         return NumericOutcome([_skipped("*", "*", f"no input to run the model: {exc}")], [],
                               [f"Numeric checks skipped: {exc}"])
@@ -113,32 +116,41 @@ def _point(plan: Plan, options: NumericOptions) -> dict[str, np.ndarray] | Numer
 
 def run_session(model_dir: str, tags: tuple[str, ...], signature: str, sources: list[Source],
                 outputs: list[Output], flow: list[FlowEntry], options: NumericOptions,
-                progress: Callable[[str], None]) -> NumericOutcome:
+                progress: Callable[[str], None], domains: Domains | None = None) -> NumericOutcome:
     info = read_saved_model(model_dir, tags, signature)
-    plan = Plan(info, sources, outputs, flow)
-    point = _point(plan, options)
+    plan = Plan(info, sources, outputs, flow, domains)
+    point = _point(plan, options, plan.domains)
     if isinstance(point, NumericOutcome):
         return point
     if (nothing := plan.empty()) is not None:
         return nothing
     notes: list[str] = []
+    why = "float64 evaluation disabled"
     if options.upcast:
         blockers = ["the model has no TF2 object graph"] if info.function is None else float64_blockers(info)
         if not blockers:
             try:
                 outcome = _load_and_check(info, tags, plan, point, options, True, progress)
-                return NumericOutcome(outcome.results, outcome.findings, notes + outcome.notes)
+                return _with_precision(outcome, "float64 copy of the model", notes)
             except _Float64Failed as exc:
                 blockers = [str(exc)]
+        why = f"the float64 copy cannot run ({'; '.join(blockers)}): the model's own precision"
         notes.append(f"Float64 evaluation is not possible ({'; '.join(blockers)}): checked in "
                      f"{plan.native} with tolerances from the measured noise.")
     outcome = _load_and_check(info, tags, plan, point, options, False, progress)
-    return NumericOutcome(outcome.results, outcome.findings, notes + outcome.notes)
+    return _with_precision(outcome, why, notes)
+
+
+def _with_precision(outcome: NumericOutcome, why: str, notes: list[str]) -> NumericOutcome:
+    """Every check that ran says which precision it used and why."""
+    results = [replace(r, precision_reason=why) if r.dtype is not None and r.precision_reason is None else r
+               for r in outcome.results]
+    return NumericOutcome(results, outcome.findings, notes + outcome.notes)
 
 
 def run_function_session(fn, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
                          options: NumericOptions, variable_names: dict[int, Any] | None,
-                         progress: Callable[[str], None]) -> NumericOutcome:
+                         progress: Callable[[str], None], domains: Domains | None = None) -> NumericOutcome:
     """The same checks on a traced ConcreteFunction (Python and Keras targets), in its own precision."""
     import tensorflow as tf
 
@@ -147,8 +159,8 @@ def run_function_session(fn, sources: list[Source], outputs: list[Output], flow:
     specs = {t.op.name: tf.TensorSpec(t.shape, t.dtype) for t in placeholders}
     flat = tf.nest.flatten(fn.structured_outputs)
     names = [o.name for o in outputs] if len(outputs) == len(flat) else [f"output_{i}" for i in range(len(flat))]
-    plan = Plan.of_function(specs, {n: t.dtype for n, t in zip(names, flat)}, sources, outputs, flow)
-    point = _point(plan, options)
+    plan = Plan.of_function(specs, {n: t.dtype for n, t in zip(names, flat)}, sources, outputs, flow, domains)
+    point = _point(plan, options, plan.domains)
     if isinstance(point, NumericOutcome):
         return point
     if (nothing := plan.empty()) is not None:
@@ -172,12 +184,19 @@ def run_function_session(fn, sources: list[Source], outputs: list[Output], flow:
                    frozenset(op.type for _, op in ops), custom)
     outcome = _check(model, plan, point, options, False, progress)
     note = "Float64 evaluation applies to SavedModels only: checked in the function's own precision."
-    return NumericOutcome(outcome.results, outcome.findings, [note] + outcome.notes if options.upcast
-                          else outcome.notes)
+    why = ("float64 copies are made of SavedModels only: the function's own precision" if options.upcast
+           else "float64 evaluation disabled")
+    return _with_precision(outcome, why, [note] if options.upcast else [])
 
 
 class _Float64Failed(RuntimeError):
     """The float64 copy could not be loaded or run; the checks fall back to native precision."""
+
+
+def _float64_errors() -> tuple[type[BaseException], ...]:
+    import tensorflow as tf
+
+    return (tf.errors.OpError, LookupError, ValueError, TypeError, KeyError)
 
 
 def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: Plan, point: dict[str, np.ndarray],
@@ -185,7 +204,7 @@ def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: Plan, poi
     progress("loading the model" + (" (float64 copy)" if use64 else ""))
     try:
         loaded = load(info, tags, use64)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the reason, the float64 copy is optional
         if use64:
             raise _Float64Failed(f"the float64 copy does not load: {describe(exc)}") from exc
         groups = [Group(n, tuple(plan.float_outputs), inputs=[n]) for n in plan.input_sources]
@@ -195,6 +214,12 @@ def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: Plan, poi
         model = _Model(loaded.fn, loaded.fn.structured_input_signature[1],
                        signature_variables(info, loaded.fn), info.op_types, info.custom_gradients)
         return _check(model, plan, point, options, use64, progress)
+    except Exception as exc:
+        if not use64 or not isinstance(exc, _float64_errors()):
+            raise
+        # Whatever the message: a compiled module fixed to float32 (XlaCallModule), a kernel without
+        # a float64 version, a variable that cannot take a double. The model may still run as saved.
+        raise _Float64Failed(f"the float64 copy does not run: {describe(exc)}") from exc
     finally:
         loaded.close()
 
@@ -237,12 +262,13 @@ def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: Num
     eps = EPS[dtype]
     settings = Settings(dtype=dtype, upcast=use64, eps=eps, ladder=ladder_for(eps, use64),
                         floor=FLOOR_ULPS * eps, resolution=RESOLUTION, op_types=model.op_types,
-                        custom_gradients=model.custom_gradients)
+                        custom_gradients=model.custom_gradients, domains=plan.domains,
+                        given=given_inputs(options.inputs_file))
     checker = Checker(runner, settings, np.random.default_rng([options.seed, 1]), progress)
     try:
         checker.run(groups, _random_ops(model.op_types))
     except ModelError as exc:
-        if use64 and any(k in str(exc).lower() for k in ("double", "kernel", "float64")):
+        if use64:
             raise _Float64Failed(f"the float64 copy does not run: {exc}") from exc
         return _model_error(exc, groups, plan, dtype, results, notes)
     return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)

@@ -25,19 +25,27 @@ class StabilityOptions:
 @dataclass
 class StabilityOutcome:
     results: list[StabilityResult] = field(default_factory=list)
-    numeric: list[NumericResult] = field(default_factory=list)  # second-order checks
+    numeric: list[NumericResult] = field(default_factory=list)  # checks at probe points, second order
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stopped: str | None = None  # TensorFlow's reason when running the model stopped the probes
     # (code, op, message) of a static hazard finding -> what the probes saw fail there
     confirmations: dict[tuple[str, OpRef | None, str], str] = field(default_factory=dict)
+    # the same key -> where the probes reached the hazard's op and saw nothing go wrong
+    probed: dict[tuple[str, OpRef | None, str], str] = field(default_factory=dict)
 
     def confirm(self, findings: list[Finding]) -> list[Finding]:
-        """The static findings, with each hazard the probes saw fail raised to an error that says so."""
-        from ..rules.hazards import confirmed
+        """The static findings, with each hazard the probes saw fail raised to an error that says so, and
+        each one they reached without seeing it fail lowered to info."""
+        from ..rules.hazards import confirmed, unconfirmed
 
-        return [confirmed(f, self.confirmations[(f.code, f.op, f.message)])
-                if (f.code, f.op, f.message) in self.confirmations else f for f in findings]
+        def judged(f: Finding) -> Finding:
+            key = (f.code, f.op, f.message)
+            if key in self.confirmations:
+                return confirmed(f, self.confirmations[key])
+            return unconfirmed(f, self.probed[key]) if key in self.probed else f
+
+        return [judged(f) for f in findings]
 
 
 def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysis,
@@ -70,7 +78,8 @@ def tf_errors() -> type[BaseException]:
 
 
 def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
-    from ..numeric.inputs import InputError, synthesise
+    from ..numeric.domains import infer
+    from ..numeric.inputs import InputError, given_inputs, synthesise
     from ..numeric.runner import ModelError, load, signature_variables
     from ..numeric.savedmodel import read_saved_model
     from ..numeric.session import Plan
@@ -80,14 +89,14 @@ def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcom
     from .verdicts import ladder_findings
 
     info = read_saved_model(model_dir, tags, signature)
-    plan = Plan(info, analysis.sources, analysis.outputs, analysis.flow)
+    plan = Plan(info, analysis.sources, analysis.outputs, analysis.flow, infer(analysis))
     if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
         outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
         return
     n = options.numeric
     try:
         base = synthesise(plan.specs, seed=n.seed, batch_size=n.batch_size, dim=n.dim, shapes=n.shapes,
-                          inputs_file=n.inputs_file)
+                          inputs_file=n.inputs_file, domains=plan.domains)
     except InputError as exc:
         outcome.notes.append(f"Stability probes skipped: {exc}")
         return
@@ -97,13 +106,15 @@ def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcom
     prober = None
     try:
         prober = Prober(loaded, info, tags, plan, base, variables, analysis.graph, analysis.gradient_functions,
-                        n.seed, n.upcast)
+                        n.seed, n.upcast, given_inputs(n.inputs_file))
         if plan.input_sources:
             ladder = run_ladder(prober, options.scales)
             outcome.results.extend(ladder.results)
+            outcome.numeric.extend(ladder.numeric)
+            outcome.findings.extend(ladder.mismatches)
             outcome.notes.extend(ladder.notes)
-            findings, outcome.confirmations = ladder_findings(ladder.reported, plan.input_sources,
-                                                              find_hazards(analysis))
+            findings, outcome.confirmations, outcome.probed = ladder_findings(
+                ladder.reported, plan.input_sources, find_hazards(analysis), ladder.scales)
             outcome.findings.extend(findings)
         else:
             outcome.notes.append("Stability probes skipped: no float input to scale.")

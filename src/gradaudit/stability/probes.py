@@ -5,19 +5,27 @@ by its negative; all float inputs together and, when there are several, each alo
 their synthesised values). A non-finite value is judged against the float64 copy of the model at the
 same point: a forward that is non-finite there too is outside the function's domain (0/0), and an
 infinite gradient whose float64 value is beyond the dtype's range is a true overflow; neither is a finding.
+
+At a few of the points (`CHECKED`), where the forward and the gradient are finite, the gradient is also
+checked against finite differences, as the numeric checks do at the synthesised point: a custom gradient
+wrong only for large inputs (x > 2) fails there. The probe's own gradient pass is the check's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..model import StabilityResult
+from ..model import Finding, NumericResult, StabilityResult
 from ..numeric import ALL_VARIABLES
 from .forensics import Culprit, Forensics
 
-DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e2, 1e4)
+# 1e2, 3e2 and 6e2 cover float32's exp overflow (x > 88.7) below float64's (x > 709.8), where the float64
+# copy tells a float32 overflow from a true one.
+DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e2, 3e2, 6e2, 1e4)
+# (scale, sign) of the probe points where the gradient is also checked against finite differences.
+CHECKED = ((1e-3, 1), (1e2, 1), (1e2, -1), (6e2, 1), (6e2, -1))
 
 # What one (source, output) pair did at one probe point, least to most severe.
 OK, DOMAIN, OVERFLOW, FORWARD, GRADIENT = range(5)
@@ -95,13 +103,17 @@ class LadderOutcome:
     results: list[StabilityResult]
     reported: list[tuple[str, str, Observation]]  # (source, output, observation) that make findings
     notes: list[str] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)  # the scales probed
+    numeric: list[NumericResult] = field(default_factory=list)  # gradient checks at probe points
+    mismatches: list[Finding] = field(default_factory=list)  # gradient-mismatch found there
 
 
 class Prober:
     """Gradients of one loaded model at moved points, with the float64 copy and forensics on demand."""
 
     def __init__(self, loaded, info, tags: tuple[str, ...], plan, base: dict[str, np.ndarray],
-                 variables: list, graph, gradient_functions: dict[str, str], seed: int, upcast: bool):
+                 variables: list, graph, gradient_functions: dict[str, str], seed: int, upcast: bool,
+                 given: frozenset[str] = frozenset()):
         self.loaded, self.info, self.tags, self.plan, self.base = loaded, info, tags, plan, base
         self.variables = variables  # (source name, loaded tf.Variable)
         self.var_names = [n for n, _ in variables]
@@ -110,7 +122,11 @@ class Prober:
         self.dtypes = {**{n: base[n].dtype for n in plan.input_sources},
                        **{n: np.dtype(v.dtype.as_numpy_dtype) for n, v in variables}}
         self.upcast = upcast
+        self.seed, self.given = seed, given
         self.notes: list[str] = []
+        self._last: tuple | None = None  # (outputs, input gradients, variable gradients) as the runner gave them
+        self.checked: list[NumericResult] = []
+        self.mismatches: list[Finding] = []
         self.forensics = Forensics(loaded.fn, graph, gradient_functions)
         self._runners: dict[tuple[str | None, bool], object] = {}
         self._f64 = None  # the loaded float64 copy; False when it cannot be made
@@ -147,6 +163,7 @@ class Prober:
                        [np.asarray(v, b.dtype.as_numpy_dtype) for v, b in zip(var_values, runner.var_base)])
         u = self.u if output is None else {output: self.u[output]}
         out, g_in, g_var = runner.gradient(u)
+        self._last = (out, g_in, g_var) if output is None and not f64 else None
         grads = {**g_in, **dict(zip(self.var_names, g_var))}
         return out, {k: dense(g) for k, g in grads.items()}
 
@@ -230,6 +247,38 @@ class Prober:
                               if nonfinite(grad) else Observation(OK, scale, sign, config))
         return seen
 
+    def check_at(self, inputs: list[str], scale: float, sign: int) -> None:
+        """Check the gradient of every input in `inputs` against finite differences at the probe point the
+        runner sits at (the last `gradients(point)`), in the model's own precision."""
+        from ..numeric.checks import Checker, Group, Point, Settings
+        from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION
+        from ..numeric.sweep import ladder_for
+
+        if self._last is None:
+            return
+        out, g_in, g_var = self._last
+        eps = EPS[self.plan.native]
+        settings = Settings(dtype=self.plan.native, upcast=False, eps=eps, ladder=ladder_for(eps, False),
+                            floor=FLOOR_ULPS * eps, resolution=RESOLUTION, op_types=self.info.op_types,
+                            custom_gradients=self.info.custom_gradients, domains=self.plan.domains,
+                            given=self.given)
+        runner = self.runner()
+        checker = Checker(runner, settings, np.random.default_rng([self.seed, 5, int(scale * 1e3), sign + 1]))
+        checker.base_outputs = out
+        where = f"inputs × {sign * scale:g}"
+        for n in inputs:
+            outs = self.plan.connected(n)
+            if outs:
+                checker.check_group(Group(n, outs, inputs=[n]), self.u, Point(g_in, g_var, out))
+        why = "the stability probes run the model in its own precision"
+        for r in checker.results:
+            self.checked.append(replace(r, scale=sign * scale, precision_reason=why))
+        seen = {s for f in self.mismatches for s in f.sources}
+        for f in checker.findings:
+            if f.rule == "gradient-mismatch" and not set(f.sources) & seen:  # one per source is enough
+                self.mismatches.append(replace(f, message=f"At the probe point {where} (stability probes): "
+                                                          f"{f.message}"))
+
     def _judge_forward(self, point, output, float64_at, config, scale, sign):
         """(kind, culprit, note) of a non-finite forward."""
         exact = float64_at(output)
@@ -256,8 +305,10 @@ class Prober:
 def run_ladder(prober: Prober, scales) -> LadderOutcome:
     """Probe every (config, scale, sign); one result per (source, output, scale): its worst observation."""
     plan = prober.plan
-    inputs = plan.input_sources
-    configs = [tuple(inputs)] + ([(n,) for n in inputs] if len(inputs) > 1 else [])
+    # Class-probability labels stay a distribution: they are not scaled.
+    inputs = [n for n in plan.input_sources
+              if getattr(plan.domains.inputs.get(n), "kind", None) != "distribution"]
+    configs = ([tuple(inputs)] if inputs else []) + ([(n,) for n in inputs] if len(inputs) > 1 else [])
     worst: dict[tuple[str, str, float], Observation] = {}
     reported: list[tuple[str, str, Observation]] = []
     skipped: set[float] = set()
@@ -266,12 +317,16 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
         skipped.update(dropped)
         for scale in kept:
             for sign in (1,) if scale == 0 else (1, -1):
-                for (s, o), obs in prober.observe(config, scale, sign).items():
+                seen = prober.observe(config, scale, sign)
+                for (s, o), obs in seen.items():
                     key = (s, o, scale)
                     if key not in worst or obs.kind > worst[key].kind:
                         worst[key] = obs
                     if obs.reported:
                         reported.append((s, o, obs))
+                if (scale, sign) in CHECKED and config == configs[0] and all(
+                        obs.kind == OK for obs in seen.values()):
+                    prober.check_at(list(config), scale, sign)
     # Variables are not scaled: with several, one row per (output, scale) stands for all of them, as in the
     # numeric checks ("*"), and names those that went wrong.
     label = {n: ALL_VARIABLES for n in prober.var_names} if len(prober.var_names) > 1 else {}
@@ -280,7 +335,7 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
         key = (label.get(s, s), o, scale)
         seen, bad = rows.get(key, (obs, []))
         rows[key] = (obs if obs.kind > seen.kind else seen, bad + ([s] if obs.kind != OK and s in label else []))
-    order = {n: i for i, n in enumerate(inputs + [ALL_VARIABLES] + prober.var_names)}
+    order = {n: i for i, n in enumerate(plan.input_sources + [ALL_VARIABLES] + prober.var_names)}
     outs = {n: i for i, n in enumerate(plan.float_outputs)}
     results = []
     for (s, o, scale), (obs, bad) in sorted(rows.items(), key=lambda kv: (order[kv[0][0]], outs[kv[0][1]],
@@ -292,4 +347,5 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
                                        obs.culprit.op.op_name if obs.culprit else None, detail))
     notes = [f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
              "range of the inputs' dtype."] if skipped else []
-    return LadderOutcome(results, reported, notes)
+    probed = sorted({abs(float(s)) for s in scales} - skipped - {0.0})
+    return LadderOutcome(results, reported, notes, probed, prober.checked, prober.mismatches)

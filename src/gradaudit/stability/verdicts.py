@@ -21,8 +21,10 @@ def _scales(obs: list[Observation]) -> str:
 
 
 def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[str],
-                    hazards: list[rules.Hazard]) -> tuple[list[Finding], dict]:
-    """(findings, confirmations): confirmations map a hazard finding's (code, op, message) to evidence."""
+                    hazards: list[rules.Hazard], scales: list[float] | None = None) -> tuple[list[Finding], dict, dict]:
+    """(findings, confirmations, probed): confirmations map a hazard finding's (code, op, message) to
+    evidence; probed maps the hazards the ladder reached (an input it scaled feeds them) and did not
+    confirm to where it probed."""
     groups: dict[tuple[int, str, OpRef | None], list[tuple[str, Observation]]] = {}
     for source, output, obs in reported:
         groups.setdefault((obs.kind, output, obs.culprit.op if obs.culprit else None), []).append((source, obs))
@@ -36,6 +38,14 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
             confirmations[(h.rule.code, h.op, h.message)] = (
                 f"{values_text({first.value})} {what} at {first.where(inputs)}, first from "
                 f"{rules.op_label(first.culprit.op)}: {first.culprit.detail}")
+
+    probed: dict[tuple[str, OpRef | None, str], str] = {}
+    ladder = f"scales ±{', ±'.join(f'{s:g}' for s in scales)}" if scales else "the probe ladder"
+    for h in hazards:
+        key = (h.rule.code, h.op, h.message)
+        scaled = [s for s in h.sources if s in inputs]
+        if key not in confirmations and scaled:
+            probed[key] = f"{', '.join(scaled)} at {ladder}"
 
     findings = []
     for (kind, output, op), items in groups.items():
@@ -62,4 +72,4 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
             if linted:
                 text += f" The hazard {', '.join(linted)} is reported there."
         findings.append(rule.finding(text, op=op, sources=sources, outputs=(output,)))
-    return findings, confirmations
+    return findings, confirmations, probed

@@ -1,0 +1,179 @@
+"""What values each signature input is made for, read from the static pass's graph: token ids below the
+size of the table they index, a padding mask, class-probability labels of a softmax cross-entropy.
+
+The synthesised point must be an input the model was made for: all-zero token ids are all padding (a
+masked recurrent model then outputs NaN), and N(0, 1) labels make TensorFlow's registered gradient of
+`softmax_cross_entropy_with_logits` differ from the derivative of its forward value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..graph.dataflow import METADATA_OPS
+from ..model import OpRef
+
+# Op type -> the input whose registered gradient assumes it is a distribution (non-negative rows summing
+# to 1): the kernel's backprop is softmax(logits) - labels, the derivative only when sum(labels) = 1.
+DISTRIBUTION_LABELS = {"SoftmaxCrossEntropyWithLogits": 1}
+# Op type -> the input that holds indices into the table at input 0.
+GATHERS = {"GatherV2": 1, "Gather": 1, "ResourceGather": 1, "GatherNd": 1, "ResourceGatherNd": 1}
+# A value compared with 0 by these is a padding mask (Keras `mask_zero=True` writes NotEqual(ids, 0)).
+MASKS = {"NotEqual", "Equal"}
+# Float ops that hand a value on unchanged: labels that pass only through them are the input itself.
+_PASS = {"Identity", "IdentityN", "Snapshot", "EnsureShape", "Reshape", "ExpandDims", "Squeeze", "Cast",
+         "StopGradient", "PreventGradient"}
+_INTEGER = {3, 4, 5, 6, 9, 17, 22, 23}  # int32, uint8, int16, int8, int64, uint16, uint32, uint64
+_FLOAT = {1, 2, 14, 19}
+COUNT_HIGH = 5  # integers whose use is unknown: [1, 5)
+
+
+@dataclass(frozen=True)
+class InputDomain:
+    kind: str  # "ids" | "count" | "index" | "distribution"
+    high: int | None = None  # ids in [1, high): the size of the table indexed
+    padded: bool = False  # a mask reads the input: a little padding (0) is part of its domain
+    op: OpRef | None = None  # the op that tells the domain (the gather, the loss)
+
+    def describe(self) -> str:
+        if self.kind == "ids":
+            return (f"token ids in [1, {self.high})" + (" with some padding (0)" if self.padded else "")
+                    + (f", the rows of the table {self.op.op_type} '{self.op.op_name}' reads" if self.op else ""))
+        if self.kind == "distribution":
+            return "rows of class probabilities (non-negative, summing to 1)"
+        if self.kind == "index":
+            return "0 (a valid index into a table of unknown size)"
+        return f"small positive integers in [1, {COUNT_HIGH})" + (" with some padding (0)" if self.padded else "")
+
+
+@dataclass(frozen=True)
+class Uncertain:
+    """A float input reaches the labels of `op` through computations gradaudit does not invert: whether
+    its synthesised values make them a distribution is unknown."""
+
+    input: str
+    op: OpRef
+    sources: frozenset[str]  # sources whose gradient passes through `op`
+    outputs: frozenset[str]  # outputs `op` reaches
+
+
+@dataclass
+class Domains:
+    inputs: dict[str, InputDomain] = field(default_factory=dict)
+    uncertain: list[Uncertain] = field(default_factory=list)
+
+    def doubtful(self, sources: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str],
+                 given: set[str]) -> Uncertain | None:
+        """The op through which a mismatch between these sources and outputs may come from labels that
+        are not a distribution (None when no such op, or the user gave that input with --inputs)."""
+        for u in self.uncertain:
+            if u.input not in given and u.sources & set(sources) and u.outputs & set(outputs):
+                return u
+        return None
+
+
+def infer(analysis) -> Domains:
+    """Domains of the signature inputs of a finished StaticAnalysis (empty without one)."""
+    if analysis is None or not getattr(analysis, "input_tensor", None):
+        return Domains()
+    g = analysis.graph
+    variable_shapes = {t: analysis.sources[i].shape for i, t in analysis.source_tensor.items()
+                       if analysis.sources[i].kind == "variable"}
+    domains = Domains()
+    for spec in analysis.signature.inputs:
+        t = analysis.input_tensor.get(spec.name)
+        if t is None:
+            continue
+        if spec.dtype in _INTEGER:
+            domains.inputs[spec.name] = _integer_domain(g, t, variable_shapes)
+        elif spec.dtype in _FLOAT:
+            direct, through = _labels_reached(g, t)
+            if direct is not None:
+                domains.inputs[spec.name] = InputDomain("distribution", op=direct.ref)
+            for node in through:
+                src, out = analysis.op_masks(node)
+                domains.uncertain.append(Uncertain(spec.name, node.ref, frozenset(analysis.source_names(src)),
+                                                   frozenset(analysis.output_names(out))))
+    return domains
+
+
+def _readers(g, t: int):
+    """(op node, input index) pairs reading tensor `t` or a tensor aliased to it (call arguments)."""
+    for b, i in g.consumers(t):
+        yield g.ops[b], i
+
+
+def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
+    """Follow the integer values computed from the input (casts, reshapes, Keras' negative-index fix-up)
+    to the tables they index and the masks that read them."""
+    seen: set[int] = set()
+    stack = [t]
+    high: int | None = None
+    table: OpRef | None = None
+    unknown_table = padded = False
+    while stack and len(seen) < 512:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        for node, i in _readers(g, x):
+            op = node.ref.op_type
+            if op in METADATA_OPS:  # its shape, not its values
+                continue
+            if GATHERS.get(op) == i:
+                rows = _table_rows(g, node.inputs[0][0], variable_shapes)
+                if rows is None:
+                    unknown_table = True
+                elif high is None or rows < high:
+                    high, table = rows, node.ref
+            elif op in MASKS and any(g.const_value.get(y) == 0.0 for y, _ in node.inputs if y != x):
+                padded = True
+            elif op not in MASKS and any(g.dtype[o] in _INTEGER for o in node.outputs):
+                stack.extend(o for o in node.outputs if g.dtype[o] in _INTEGER)
+    if unknown_table and high is None:
+        return InputDomain("index")
+    if high is not None and high > 1:
+        return InputDomain("ids", high=high, padded=padded, op=table)
+    return InputDomain("count", padded=padded)
+
+
+def _table_rows(g, params: int, variable_shapes: dict) -> int | None:
+    """Rows of the table a gather reads: a captured variable (directly, or through ReadVariableOp)."""
+    for _ in range(8):
+        shape = variable_shapes.get(params)
+        if shape:
+            return shape[0]
+        src = g.aliased_from.get(params)
+        if src and len(src) == 1:
+            params = src[0]
+            continue
+        producer = g.producer.get(params)
+        node = g.ops.get(producer) if producer is not None else None
+        if node is None or node.ref.op_type not in ("ReadVariableOp", "Identity") or not node.inputs:
+            return None
+        params = node.inputs[0][0]
+    return None
+
+
+def _labels_reached(g, t: int):
+    """(the distribution op whose labels are the input itself, the ones it reaches through other ops)."""
+    direct = None
+    through = []
+    seen: set[int] = set()
+    stack = [(t, True)]
+    while stack and len(seen) < 4096:
+        x, unchanged = stack.pop()
+        if (x, unchanged) in seen:
+            continue
+        seen.add((x, unchanged))
+        for node, i in _readers(g, x):
+            op = node.ref.op_type
+            if DISTRIBUTION_LABELS.get(op) == i:
+                if unchanged:
+                    direct = direct or node
+                elif node not in through:
+                    through.append(node)
+                continue
+            floats = [o for o in node.outputs if g.dtype[o] in _FLOAT]
+            stack.extend((o, unchanged and op in _PASS) for o in floats)
+    return direct, [n for n in through if n is not direct]
