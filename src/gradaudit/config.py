@@ -5,6 +5,7 @@ default < configuration < command line."""
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,11 @@ def _value(config: Config, key: str, param: click.Option, value: Any, ctx: click
         raise bad("expected one value, not a list")
     if isinstance(param.type, click.Path) and isinstance(value, str) and config.path:
         value = str(config.path.parent / value)  # paths in a file are relative to that file
+    if key == "load-ops" and config.path:  # a shared library's path too; a package name stays a name
+        from .custom_ops import is_library
+
+        value = [str(config.path.parent / v) if isinstance(v, str) and is_library(v) and not os.path.isabs(v)
+                 else v for v in value]
     try:
         converted = param.type_cast_value(ctx, value)
         if param.callback is not None:
