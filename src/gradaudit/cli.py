@@ -15,6 +15,13 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FAIL_ON = ("error", "warning", "info", "never")
 
 
+def _error(message: str) -> None:
+    """One error line on stderr; names from the model in it are made printable (a CI log reads stderr too)."""
+    from .report.common import printable
+
+    click.echo(f"gradaudit: error: {printable(message)}", err=True)
+
+
 def _fail(message: str, debug: bool) -> None:
     """One line and exit 2; with --debug the traceback first, and still exit 2 (never 1, which means
     findings)."""
@@ -22,7 +29,7 @@ def _fail(message: str, debug: bool) -> None:
         import traceback
 
         traceback.print_exc()
-    click.echo(f"gradaudit: error: {message}", err=True)
+    _error(message)
     sys.exit(EXIT_ERROR)
 
 
@@ -110,7 +117,7 @@ class _Fatal(click.ClickException):
     exit_code = EXIT_ERROR
 
     def show(self, file=None) -> None:
-        click.echo(f"gradaudit: error: {self.message}", err=True)
+        _error(self.message)
 
 
 def _config(ctx: click.Context, _param, value: str | None) -> None:
@@ -242,7 +249,7 @@ def audit_command(models, recursive, jobs, shard, html_path, tags, signature, al
     failures: list[AuditFailure] = [a.failure for a in audits if a.failure]
     reports = [policy.apply(r) for a in audits for r in a.reports]
     for failure in failures:
-        click.echo(f"gradaudit: error: {failure.error}", err=True)
+        _error(failure.error)
     changes = _since_baseline(baseline, reports, debug) if baseline else None
     if reports or shard:  # an empty shard still writes its report, for `merge`
         extra = (("json", json_path), ("sarif", sarif_path), ("junit", junit_path), ("markdown", markdown_path),
@@ -325,7 +332,7 @@ def explain_command(code_or_slug: str) -> None:
     try:
         r = get_rule(code_or_slug)
     except KeyError:
-        click.echo(f"gradaudit: error: no rule {code_or_slug!r} (see `gradaudit rules`)", err=True)
+        _error(f"no rule {code_or_slug!r} (see `gradaudit rules`)")
         sys.exit(EXIT_ERROR)
     click.echo(f"{r.code} {r.slug} ({r.severity.value})\n\n{r.doc}\n\nFix: {r.fix}")
 
@@ -360,7 +367,7 @@ def merge_command(reports, fmt, output, json_path, sarif_path, junit_path, markd
         _fail(str(exc), debug)
     failures = [AuditFailure(path, error) for path, error in errors]
     for failure in failures:
-        click.echo(f"gradaudit: error: {failure.error}", err=True)
+        _error(failure.error)
     extra = (("json", json_path), ("sarif", sarif_path), ("junit", junit_path), ("markdown", markdown_path),
              ("html", html_path))
     _write([(fmt, output), *((name, path) for name, path in extra if path)], merged, fail_on, failures, None,

@@ -3,9 +3,18 @@ labels, and which findings concern a (source, output) pair or fail the run."""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import os
+import re
+from typing import Any, TypeVar
 
 from ..model import Finding, Report, Severity
+
+T = TypeVar("T")
+# C0 and C1 control characters and the Unicode line separators: a name from the model (op, function,
+# folder) holding them could move the cursor, recolour a terminal, or start a new workflow-command line.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 GRAPH_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
@@ -58,3 +67,27 @@ def fails(finding: Finding, fail_on: str) -> bool:
 
 def concerns(finding: Finding, source: str, output: str) -> bool:
     return source in finding.sources and output in finding.outputs
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as a visible escape (`\\x1b`, `\\n`)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def visible(value: T) -> T:
+    """A copy of a Report, a failure or any value built of dataclasses, tuples, lists and dicts, with every
+    string made printable: what the text reporters render, so that no name from the model reaches a
+    terminal, an XML file or a CI log raw."""
+    if isinstance(value, enum.Enum):
+        return value
+    if isinstance(value, str):
+        return printable(value)  # type: ignore[return-value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(visible(v) for v in value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {visible(k): visible(v) for k, v in value.items()}  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes: dict[str, Any] = {f.name: visible(getattr(value, f.name)) for f in dataclasses.fields(value)
+                                   if f.init}
+        return dataclasses.replace(value, **changes)
+    return value

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from ..model import Finding, Report, Severity
-from .common import display_path, graph_file, model_label, with_fix
+from .common import display_path, graph_file, model_label, visible, with_fix
 
 if TYPE_CHECKING:
     from ..batch import AuditFailure
@@ -44,6 +44,7 @@ def _lines(report: Report, fail_on: str) -> list[str]:
 
 
 def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[AuditFailure] = ()) -> str:
+    reports, failures = visible(list(reports)), visible(list(failures))  # no raw newline starts a command line
     lines = [line for r in reports for line in _lines(r, fail_on)]
     lines += [annotation("error", f.error, title="gradaudit: model not audited") for f in failures]
     return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Sequence
 
 from ..model import Finding, Report
-from .common import concerns, display_path, fails, graph_file, model_label, where
+from .common import concerns, display_path, fails, graph_file, model_label, visible, where
 
 if TYPE_CHECKING:
     from ..batch import AuditFailure
@@ -85,6 +85,7 @@ def _count(element: ET.Element, cases: list[ET.Element]) -> None:
 
 
 def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[AuditFailure] = ()) -> str:
+    reports, failures = visible(list(reports)), visible(list(failures))  # XML 1.0 has no control characters
     root = ET.Element("testsuites", name="gradaudit")
     for report in reports:
         root.append(_suite(report, fail_on))

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Sequence
 
 from ..model import Finding, FlowEntry, OpRef, Report, Severity, combined_verdict
-from .common import display_path, model_label
+from .common import display_path, model_label, visible
 from .terminal import MAX_ROWS
 
 if TYPE_CHECKING:
@@ -144,10 +144,11 @@ def _section(report: Report, fail_on: str, level: str) -> list[str]:
 
 
 def render(report: Report, fail_on: str = "error") -> str:
-    return "\n".join(_section(report, fail_on, "##")).rstrip() + "\n"
+    return "\n".join(_section(visible(report), fail_on, "##")).rstrip() + "\n"
 
 
 def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[AuditFailure] = ()) -> str:
+    reports, failures = visible(list(reports)), visible(list(failures))  # a newline would break the tables
     verdict = combined_verdict(reports, fail_on, bool(failures))
     out = [f"## {_verdict(verdict)} gradaudit: {len(reports)} audited, {len(failures)} not audited", "",
            "| model | verdict | errors | warnings | info | blocked pairs |", "| --- | --- | --- | --- | --- | --- |"]

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model import FlowEntry, Report, Severity
-from .common import display_path, model_label
+from .common import display_path, model_label, visible
 
 if TYPE_CHECKING:
     from ..batch import AuditFailure
@@ -141,6 +141,7 @@ def _stability_table(report: Report) -> RenderableType:
 
 
 def renderables(report: Report, fail_on: str = "error") -> list[RenderableType]:
+    report = visible(report)  # no escape sequence from the model reaches the terminal
     t = report.target
     parts: list[RenderableType] = [
         Text.assemble(("gradaudit ", "bold"), t.path,
@@ -180,6 +181,7 @@ def verdict_line(report: Report, fail_on: str = "error") -> Text:
 
 def summary_table(reports: Sequence[Report], fail_on: str = "error",
                   failures: Sequence[AuditFailure] = ()) -> RenderableType:
+    reports, failures = visible(list(reports)), visible(list(failures))
     table = Table(title=f"Summary (fail-on: {fail_on})", title_justify="left")
     table.add_column("model [signature]", overflow="fold")  # a path cut short is no use
     for col in ("verdict", "errors", "warnings", "info", "suppressed", "blocked pairs"):
