@@ -325,14 +325,14 @@ def scalar_variable_model(path: str) -> str:
     return save(M(), path)
 
 
-def wrong_above_two(path: str) -> str:
-    """A softplus whose custom gradient is right for x <= 2 and halved for x > 2: the synthesised N(0, 1)
-    point never sees it; the probe points at large scales do."""
+def wrong_above_two(path: str, factor: float = 0.5) -> str:
+    """A softplus whose custom gradient is right for x <= 2 and multiplied by `factor` for x > 2 (right
+    everywhere with factor 1): the synthesised N(0, 1) point rarely sees it; probe points at large scales do."""
 
     @tf.custom_gradient
     def softplus(x):
         def grad(dy):
-            return dy * tf.sigmoid(x) * tf.where(x > 2.0, 0.5, 1.0)
+            return dy * tf.sigmoid(x) * tf.where(x > 2.0, factor, 1.0)
 
         return tf.nn.softplus(x), grad
 

@@ -37,6 +37,13 @@ def models(tmp_path_factory):
         "no_gradient": builders.no_gradient_model,
         "embedding": builders.embedding_model,
         "scalar": builders.scalar_variable_model,
+        "above_two": builders.wrong_above_two,
+        "above_two_ok": lambda p: builders.wrong_above_two(p, 1.0),
+        "keras_log1pexp": builders.keras_log1pexp,
+        "text_masked": lambda p: builders.keras_text(p, True),
+        "text": lambda p: builders.keras_text(p, False),
+        "xent": builders.softmax_xent,
+        "xent_smoothed": lambda p: builders.softmax_xent(p, True),
     }
 
     def get(name: str) -> str:

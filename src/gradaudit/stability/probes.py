@@ -24,8 +24,9 @@ from .forensics import Culprit, Forensics
 # 1e2, 3e2 and 6e2 cover float32's exp overflow (x > 88.7) below float64's (x > 709.8), where the float64
 # copy tells a float32 overflow from a true one.
 DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e2, 3e2, 6e2, 1e4)
-# (scale, sign) of the probe points where the gradient is also checked against finite differences.
-CHECKED = ((1e-3, 1), (1e2, 1), (1e2, -1), (6e2, 1), (6e2, -1))
+# (scale, sign) of the probe points where the gradient is also checked against finite differences: large
+# inputs, where hand-written gradients go wrong; in float32 tiny ones only show rounding noise.
+CHECKED = ((1e2, 1), (1e2, -1), (6e2, 1), (6e2, -1))
 
 # What one (source, output) pair did at one probe point, least to most severe.
 OK, DOMAIN, OVERFLOW, FORWARD, GRADIENT = range(5)
@@ -272,7 +273,10 @@ class Prober:
                 checker.check_group(Group(n, outs, inputs=[n]), self.u, Point(g_in, g_var, out))
         why = "the stability probes run the model in its own precision"
         for r in checker.results:
-            self.checked.append(replace(r, scale=sign * scale, precision_reason=why))
+            # Saturated or masked outputs (zero gradient, flat forward) say nothing at a probe point.
+            doubt = self.plan.domains.doubtful([r.source], self.plan.connected(r.source), self.given)
+            if r.status in ("pass", "fail") or doubt is not None:
+                self.checked.append(replace(r, scale=sign * scale, precision_reason=why))
         seen = {s for f in self.mismatches for s in f.sources}
         for f in checker.findings:
             if f.rule == "gradient-mismatch" and not set(f.sources) & seen:  # one per source is enough

@@ -1,0 +1,162 @@
+"""Issue 11: the numeric checks hold on real models and real inputs (whole audits, default options)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+THIRDPARTY = os.path.join(os.path.dirname(__file__), "..", "..", "sample_models", "thirdparty")
+
+
+@pytest.fixture(scope="module")
+def audit_of(models):
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    cache = {}
+
+    def get(name: str, **options):
+        key = (name, tuple(sorted(options.items())))
+        if key not in cache:
+            path = models(name) if not name.startswith("thirdparty/") else os.path.join(THIRDPARTY, name[11:])
+            cache[key] = audit_saved_model(path, AuditOptions(**options))
+        return cache[key]
+
+    return get
+
+
+def rules(report) -> set[str]:
+    return {f.rule for f in report.findings if f.severity.value != "info"}
+
+
+def domains_of(path: str):
+    from gradaudit.api import AuditOptions, audit_saved_model  # noqa: F401 - the static pass's reader
+    from gradaudit.flow import analyse
+    from gradaudit.graph.gradients import GradientOracle
+    from gradaudit.numeric.domains import infer
+    from gradaudit.targets.saved_model import SavedModelFile
+
+    model = SavedModelFile(path, ("serve",))
+    return infer(analyse(model, model.signature("serving_default"), GradientOracle()))
+
+
+# -- inputs the model was made for ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,padded", [("text_masked", True), ("text", False)])
+def test_token_ids_come_from_the_embedding_table(models, name, padded):
+    import tensorflow as tf
+
+    from gradaudit.numeric.inputs import synthesise
+
+    d = domains_of(models(name)).inputs["tokens"]
+    assert (d.kind, d.high, d.padded) == ("ids", 50, padded)
+    ids = synthesise({"tokens": tf.TensorSpec([None, 6], tf.int32)}, seed=0, batch_size=4, dim=4, shapes={},
+                     inputs_file=None, domains=domains_of(models(name)))["tokens"]
+    assert ids.min() >= 0 and ids.max() < 50
+    # padding only where the mask reads it, and never a whole example
+    assert bool((ids == 0).any()) == padded and (ids != 0).any(axis=1).all()
+
+
+@pytest.mark.parametrize("name", ["text_masked", "text"])
+def test_recurrent_text_models_pass_with_synthesised_inputs(audit_of, name):
+    r = audit_of(name)
+    assert [(n.source, n.status) for n in r.numeric] == [("*", "pass")]
+    assert not rules(r) & {"gradient-mismatch", "unrunnable-model"}
+
+
+def test_softmax_cross_entropy_labels_are_a_distribution(models, audit_of):
+    import tensorflow as tf
+
+    from gradaudit.numeric.inputs import synthesise
+
+    domains = domains_of(models("xent"))
+    assert domains.inputs["labels"].kind == "distribution" and not domains.uncertain
+    labels = synthesise({"labels": tf.TensorSpec([None, 3], tf.float32)}, seed=0, batch_size=2, dim=4,
+                        shapes={}, inputs_file=None, domains=domains)["labels"]
+    assert (labels >= 0).all() and np.allclose(labels.sum(axis=-1), 1.0)
+    r = audit_of("xent")
+    assert {n.status for n in r.numeric} == {"pass"} and "gradient-mismatch" not in rules(r)
+    assert r.verdict() == "pass"
+
+
+def test_labels_of_unknown_domain_are_inconclusive_naming_the_op(audit_of):
+    """Smoothed labels: the input reaches the loss through Mul/Add, so its domain is not read."""
+    r = audit_of("xent_smoothed")
+    assert "gradient-mismatch" not in {f.rule for f in r.findings}
+    x = [n for n in r.numeric if n.source == "x" and n.scale is None][0]
+    assert x.status == "inconclusive"
+    assert "SoftmaxCrossEntropyWithLogits" in x.reason and "--inputs" in x.reason
+
+
+def test_labels_given_with_inputs_are_trusted(models, audit_of, tmp_path):
+    rng = np.random.default_rng(0)
+    labels = rng.random((2, 3)).astype("float32")
+    path = str(tmp_path / "inputs.npz")
+    np.savez(path, x=rng.standard_normal((2, 4)).astype("float32"), labels=labels / labels.sum(-1, keepdims=True))
+    r = audit_of("xent_smoothed", inputs_file=path)
+    base = {n.source: n.status for n in r.numeric if n.scale is None}
+    assert base == {"x": "pass", "labels": "pass", "w": "pass"}
+
+
+# -- more than one point ----------------------------------------------------------------------------
+
+def test_custom_gradient_wrong_only_above_two_fails_by_default(audit_of):
+    r = audit_of("above_two")
+    base = [n for n in r.numeric if n.scale is None]
+    assert [n.status for n in base] == ["pass"]  # N(0, 1) inputs rarely exceed 2
+    at_scale = {n.scale: n.status for n in r.numeric if n.scale is not None}
+    assert at_scale[100.0] == "fail" and at_scale[-100.0] == "fail"
+    (f,) = [f for f in r.findings if f.rule == "gradient-mismatch"]
+    assert f.severity.value == "error" and "inputs × 100" in f.message and f.op.op_type == "IdentityN"
+    assert r.verdict() == "fail"
+
+
+def test_healthy_model_passes_at_the_probe_points(audit_of):
+    r = audit_of("above_two_ok")
+    checked = [n for n in r.numeric if n.scale is not None]
+    assert {n.scale for n in checked} == {100.0, -100.0, 600.0, -600.0}
+    assert {n.status for n in checked} == {"pass"} and r.verdict() == "pass"
+    assert all(n.precision_reason and "own precision" in n.precision_reason for n in checked)
+
+
+def test_log1pexp_in_a_keras_model_is_confirmed_by_default(audit_of):
+    r = audit_of("keras_log1pexp")
+    (lint,) = [f for f in r.findings if f.rule == "log1p-exp"]
+    assert lint.severity.value == "error" and "Confirmed by the stability probes" in lint.message
+    assert any(s.scale in (300.0, 600.0) and s.status == "nonfinite_forward" for s in r.stability)
+
+
+# -- checks that run wherever the model runs --------------------------------------------------------
+
+def test_float64_checks_say_so(audit_of):
+    r = audit_of("mlp")
+    base = [n for n in r.numeric if n.scale is None]
+    assert {n.dtype for n in base} == {"float64"}
+    assert {n.precision_reason for n in base} == {"float64 copy of the model"}
+
+
+def jax(name: str) -> str:
+    path = os.path.join(THIRDPARTY, name)
+    if not os.path.exists(os.path.join(path, "saved_model.pb")):
+        pytest.skip(f"third-party fixture {name} not built")
+    return "thirdparty/" + name
+
+
+def test_jax2tf_model_falls_back_to_float32_and_fails_on_its_wrong_saved_gradient(audit_of):
+    r = audit_of(jax("jax_custom_vjp_wrong"))
+    base = {n.source: n for n in r.numeric if n.scale is None}
+    assert base["x"].status == "fail" and base["x"].dtype == "float32"
+    assert "float64 copy" in base["x"].precision_reason and "XlaCallModule" in base["x"].precision_reason
+    assert "gradient-mismatch" in rules(r) and "unrunnable-model" not in {f.rule for f in r.findings}
+
+
+def test_jax2tf_model_with_a_correct_saved_gradient_passes(audit_of):
+    r = audit_of(jax("jax_custom_vjp_ok"))
+    assert {n.status for n in r.numeric} <= {"pass", "inconclusive"} and "pass" in {n.status for n in r.numeric}
+    assert "gradient-mismatch" not in rules(r)
+
+
+def test_jax2tf_gradient_wrong_above_two_fails_by_default(audit_of):
+    r = audit_of(jax("jax_custom_vjp_wrong_x_gt_2"))
+    assert "gradient-mismatch" in rules(r)
