@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Sequence
 
 from ..model import BlockedPath, Finding, FlowEntry, Report
-from .common import display_path, model_label, where
+from .common import display_path, model_label, visible, where
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -264,6 +264,7 @@ def page(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[A
     changes since a baseline when there are any."""
     from .json_report import tool_info
 
+    reports, failures = visible(list(reports)), visible(list(failures))  # no raw control character from names
     views = [model_view(r, k, fail_on) for k, r in enumerate(reports)]
     verdicts = [r.verdict(fail_on) for r in reports]
     if failures or "fail" in verdicts or (changes is not None and changes.fails()):
