@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ PYPROJECT = "pyproject.toml"
 # pyproject.toml found above the working folder may come with the untrusted checkout being audited.
 NOT_KEYS = frozenset({"config", "help"})
 COMMAND_LINE_ONLY = frozenset({"allow-unsafe-ops"})
+# Options that write files: a file may only point them inside its own folder (a checkout's pyproject.toml
+# must not write a report over ~/.bashrc); the command line may point them anywhere.
+WRITTEN = frozenset({"output", "json", "sarif", "junit", "markdown", "html", "write-baseline"})
 
 
 class ConfigError(GradauditError):
@@ -106,6 +110,18 @@ def default_map(config: Config, ctx: click.Context) -> dict[str, Any]:
     return defaults
 
 
+def _inside_project(config: Config, key: str, value: str) -> None:
+    """A path a configuration file writes to must stay in the file's folder: relative, no `..` out of it,
+    no symlink out of it."""
+    assert config.path is not None
+    project = os.path.realpath(config.path.parent)
+    target = os.path.realpath(os.path.join(project, value))
+    if os.path.isabs(value) or os.path.commonpath([project, target]) != project:
+        raise ConfigError(f"{config.where}: {key}: {value!r} is outside the project ({project}); a configuration "
+                          f"file may only write reports inside its folder (give --{key} on the command line "
+                          "to write elsewhere)")
+
+
 def _value(config: Config, key: str, param: click.Option, value: Any, ctx: click.Context) -> Any:
     def bad(message: str) -> ConfigError:
         return ConfigError(f"{config.where}: {key}: {message}")
@@ -125,6 +141,8 @@ def _value(config: Config, key: str, param: click.Option, value: Any, ctx: click
     elif isinstance(value, (list, dict)):
         raise bad("expected one value, not a list")
     if isinstance(param.type, click.Path) and isinstance(value, str) and config.path:
+        if key in WRITTEN:
+            _inside_project(config, key, value)
         value = str(config.path.parent / value)  # paths in a file are relative to that file
     if key == "load-ops" and config.path:  # a shared library's path too; a package name stays a name
         from .custom_ops import is_library

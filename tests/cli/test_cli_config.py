@@ -106,3 +106,20 @@ def test_unknown_rule_on_the_command_line_is_exit_2(stop):
         assert result.exit_code == 2 and "unknown rule 'nope'" in result.stderr
     result = run(stop, "--static-only", "--ignore-ops", "GA999:Arg*")
     assert result.exit_code == 2 and "unknown rule 'GA999'" in result.stderr
+
+
+@pytest.mark.parametrize("key, value", [("output", "/tmp/gradaudit-config-outside.txt"),
+                                        ("sarif", "../outside.sarif"), ("html", "reports/../../outside.html")])
+def test_a_file_may_not_write_reports_outside_its_project(stop, _isolated, key, value):
+    _pyproject(_isolated, f'{key} = "{value}"\n')
+    result = run(stop, "--static-only")
+    assert result.exit_code == 2 and "outside the project" in result.stderr
+    assert not (_isolated.parent / "outside.sarif").exists() and not (_isolated.parent / "outside.html").exists()
+
+
+def test_a_file_may_write_inside_and_the_command_line_anywhere(stop, _isolated):
+    (_isolated / "reports").mkdir()
+    _pyproject(_isolated, 'sarif = "reports/gradaudit.sarif"\n')
+    assert run(stop, "--static-only").exit_code == 0 and (_isolated / "reports" / "gradaudit.sarif").exists()
+    outside = _isolated.parent / "cli-outside.sarif"
+    assert run(stop, "--static-only", "--sarif", outside).exit_code == 0 and outside.exists()
