@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .graph.dataflow import CONVERT, GRAD, MAYBE, VALUE, Dataflow, DataflowBuilder, GradFnAnalyzer, OpNode
-from .graph.dtypes import DT_RESOURCE, carries_gradient, dtype_name, is_float
+from .graph.dtypes import DT_BOOL, DT_RESOURCE, carries_gradient, dtype_name, is_float
 from .graph.gradients import GradientOracle, GradKind
 from .graph.reach import backward_masks, forward_masks, topological_order
 from .model import Cut, FlowEntry, OpRef, Output, Source
@@ -228,7 +228,9 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
     # Candidate cuts per pair, in three tiers: (0) the op's float result still reaches the output along
     # gradient-carrying edges; (1) its integer/bool result is turned back into a float value of the
     # output; (2) any forward path. A blocked pair is explained by its first non-empty tier; a
-    # connected pair only by tier 0 (a path that is cut while others carry a gradient).
+    # connected pair by tiers 0 and 1 (a path that is cut while others carry a gradient: round(x) and
+    # float(int(x)) alike), except a comparison's bool result, which gates a path (a ReLU-style mask
+    # x * cast(x > 0) has the gradient of its value almost everywhere) rather than cutting one.
     cuts: dict[OpRef, OpCut] = {}
     tiers: dict[tuple[int, int], list[list[OpNode]]] = {}
     for op_id, node in g.ops.items():
@@ -251,14 +253,21 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
         if not src:
             continue
         reach = [0, 0, 0]
+        by_number = 0  # outputs an integer result reaches as a value (a bool one only gates)
         for o in node.outputs:
             reach[0] |= C[o]
-            reach[1] |= V[o] if not carries_gradient(g.dtype[o]) else 0
+            if not carries_gradient(g.dtype[o]):
+                reach[1] |= V[o]
+                if g.dtype[o] != DT_BOOL:
+                    by_number |= V[o]
             reach[2] |= B[o]
         for i in source_tensor:
             if src >> i & 1:
                 for j in output_tensor:
-                    for tier in range(3 if status[i, j] == "blocked" else 1):  # unknown pairs: as connected
+                    blocked = status[i, j] == "blocked"
+                    for tier in range(3 if blocked else 2):  # unknown pairs: as connected
+                        if tier == 1 and not blocked and not by_number >> j & 1:
+                            continue
                         if reach[tier] >> j & 1:
                             tiers.setdefault((i, j), [[], [], []])[tier].append(node)
                             break
@@ -269,7 +278,7 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
                 kept = [n for n in nodes if (id(n), j) not in shadowed] or nodes
                 for node in kept:
                     cut = cuts.get(node.ref) or cuts.setdefault(node.ref, OpCut(node, cut_rule(node, g)))
-                    (cut.partial_pairs if status[i, j] == "connected" else cut.blocked_pairs).add((i, j))
+                    (cut.blocked_pairs if status[i, j] == "blocked" else cut.partial_pairs).add((i, j))
                 break
 
     flow = []

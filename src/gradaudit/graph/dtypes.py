@@ -7,6 +7,7 @@ import functools
 from tensorflow.python.framework import dtypes as tf_dtypes
 
 DT_INVALID = 0
+DT_BOOL = 10
 DT_RESOURCE = 20
 DT_VARIANT = 21
 

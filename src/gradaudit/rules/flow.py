@@ -276,6 +276,11 @@ RULES: tuple[Rule, ...] = (
     CustomGradient, DisconnectedSource, UnknownOp, GradientRaises,
 )
 
+# Cuts that, on one path of a pair other paths still connect, leave a gradient that is the derivative of the
+# value almost everywhere but misses that path: a warning. The others (no gradient at all, a gradient that
+# raises, a Python function) break training wherever they are.
+PARTIAL_WARNING = frozenset({"zero-gradient", "integer-path", "not-differentiable"})
+
 # Op type prefixes of well-known op libraries: the package --load-ops should import.
 OP_PACKAGES: tuple[tuple[str, str], ...] = (
     ("SimpleML", "tensorflow_decision_forests"),
@@ -360,10 +365,13 @@ def check(analysis) -> list:
             t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
             fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error)
         how = ("cuts the gradient" if cut.blocked_pairs else
-               "cuts one path of the gradient (other paths may still carry one)")
+               "cuts one path of the gradient while other paths still carry one, so the gradient misses "
+               "this path's part")
         msg = f"{where(ref)}: {reason}; it {how} from {_names(srcs)} to {_names(outs)}"
         rule_ = by_slug[cut.rule]
         severity = Severity.ERROR if cut.rule == "custom-gradient" else None
+        if not cut.blocked_pairs and cut.rule in PARTIAL_WARNING:
+            severity = Severity.WARNING  # the same whatever cuts it: round(x) or float(int(x))
         fix = ("Make the gradient function return dy times the derivative for every input the output "
                "depends on (dy * f'(x)); return a zero gradient only through tf.stop_gradient in the "
                "forward pass.") if dead else None

@@ -1,0 +1,40 @@
+"""A cut on one path of a pair other paths still connect is one warning whatever cuts it; a mask is none."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+from helpers import save_module
+
+from gradaudit.api import AuditOptions, audit_saved_model
+
+CASES = {
+    "round": (lambda x, w: x * w + tf.round(x), ("zero-gradient", "warning")),
+    "float_of_int": (lambda x, w: x * w + tf.cast(tf.cast(x, tf.int32), tf.float32), ("integer-path", "warning")),
+    "argmax_added": (lambda x, w: x * w + tf.cast(tf.argmax(x, axis=-1), tf.float32)[:, None],
+                     ("zero-gradient", "warning")),
+    "relu_mask": (lambda x, w: (x * w) * tf.cast(x > 0, tf.float32), None),
+    "where_mask": (lambda x, w: tf.where(x > 0, x * w, 0.1 * x), None),
+    "stop_gradient": (lambda x, w: x * w + tf.stop_gradient(x), ("stop-gradient", "info")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_partial_cut(tmp_path, name):
+    fn, expected = CASES[name]
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(tf.ones([3]), name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": fn(x, self.w)}
+
+    report = audit_saved_model(save_module(M(), str(tmp_path / name)), AuditOptions(static_only=True))
+    assert {(e.source, e.status) for e in report.flow} == {("x", "connected"), ("w", "connected")}
+    got = [(f.rule, f.severity.value) for f in report.findings]
+    assert got == ([expected] if expected else [])
+    if expected:
+        [f] = report.findings
+        assert f.sources == ("x",) and "other paths still carry one" in f.message
