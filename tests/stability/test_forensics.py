@@ -78,3 +78,27 @@ def test_inside_a_saved_custom_gradient(forensics):
     assert c.op.function.startswith("__inference_internal_grad_fn")
     assert c.detail.startswith("RealDiv received (1e-20, 0) and returned inf, in the custom gradient")
     assert forensics("ratio_stable").backward({"a": f32(1e-20), "b": f32(1e-20)}, "f", np.array([1.0])) is None
+
+
+def test_a_nan_made_inside_a_while_loop_names_the_op_in_its_body(tmp_path):
+    """Graph-mode gradients do not reach inside a loaded While: the op named is the one in its body whose
+    backward can make the NaN (pow(|h|, 0.5) at 0), and the lint on it is confirmed."""
+    import tensorflow as tf
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+    from helpers import save_module
+
+    class Loop(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            def body(i, h):
+                return i + 1, tf.pow(tf.abs(h), 0.5) + h
+
+            return {"y": tf.while_loop(lambda i, h: i < 2, body, [tf.constant(0), x])[1]}
+
+    r = audit_saved_model(save_module(Loop(), str(tmp_path / "loop")), AuditOptions(probe_scales=(0.0, 1.0)))
+    (f,) = [f for f in r.findings if f.rule == "unstable-gradient"]
+    assert f.op.op_type == "Pow" and f.op.function.startswith("while_body")
+    assert "While" in f.message
+    (lint,) = [f for f in r.findings if f.rule == "sqrt-at-zero"]
+    assert lint.severity.value == "error" and "Confirmed by the stability probes" in lint.message

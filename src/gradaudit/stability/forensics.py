@@ -10,6 +10,7 @@ culprit, its gradient function is run on the same values to name the op inside i
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +20,20 @@ from ..graph.dataflow import TOP, Dataflow
 from ..model import OpRef
 
 
+CONTROL_FLOW = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
+# Ops whose backward turns a finite upstream gradient into NaN or Inf at some finite inputs.
+SINGULAR_BACKWARD = frozenset({"Sqrt", "Rsqrt", "Pow", "Log", "Log1p", "RealDiv", "Div", "DivNoNan", "Reciprocal",
+                               "Inv", "Xlogy", "Xdivy", "Atan2", "Acos", "Asin", "Atanh", "Acosh", "Lgamma",
+                               "Digamma", "Igamma", "Igammac", "Betainc", "Mul", "Square", "Exp"})
+
+
 @dataclass(frozen=True)
 class Culprit:
     op: OpRef
     detail: str  # "Sqrt received 0", "Exp received 100 and returned inf"
+    # a control-flow culprit (a While whose backward made the NaN): the ops in its body and branches whose
+    # backward can make one, the first to look at
+    suspects: tuple[OpRef, ...] = ()
 
 
 def _fmt(x: Any) -> str:
@@ -62,6 +73,9 @@ class Forensics:
     def __init__(self, fn, graph: Dataflow, gradient_functions: dict[str, str]):
         self.fn = fn
         self._refs: dict[tuple[str, str], list[OpRef]] = {}
+        self._by_function: dict[str, list[OpRef]] = {}
+        for node in graph.ops.values():
+            self._by_function.setdefault(node.ref.function, []).append(node.ref)
         self._custom_fn: dict[OpRef, str] = {}  # custom-gradient op -> its saved gradient function
         for node in graph.ops.values():
             self._refs.setdefault((node.ref.op_type, node.ref.op_name), []).append(node.ref)
@@ -244,10 +258,53 @@ class Forensics:
             return None
         return run(part, {y: grads[o.name] for y, o in zip(ys, outs)})
 
+    def _inside(self, op) -> tuple[OpRef, ...]:
+        """The ops of a While/If/Case op's bodies and branches (and the functions they call) whose
+        backward can make a NaN or Inf; graph-mode gradients do not reach inside a loaded loop."""
+        todo = []
+        for key in ("body", "cond", "then_branch", "else_branch", "branches"):
+            try:
+                value = op.get_attr(key)
+            except ValueError:
+                continue
+            todo += [f.name for f in value] if isinstance(value, list) else [value.name]
+        library = {f.signature.name: f for f in self._graph.as_graph_def().library.function}
+        seen: set[str] = set()
+        found: list[OpRef] = []
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            found += [r for r in self._by_function.get(self._saved_name(name), [])
+                      if r.op_type in SINGULAR_BACKWARD - {"Mul", "Square", "Exp"}]
+            for node in library[name].node_def if name in library else ():  # calls inside the bodies
+                todo += [a.func.name for a in node.attr.values() if a.HasField("func")]
+        return tuple(dict.fromkeys(found))
+
+    def _saved_name(self, loaded: str) -> str:
+        """The saved function a loaded one was made from: the loader names while_body_5
+        __inference_while_body_5_105 (with "_rewritten" once the Runner has traced it)."""
+        if loaded in self._by_function:
+            return loaded
+        match = re.fullmatch(r"__inference_(.*)_\d+(?:_rewritten)?", loaded)
+        return match.group(1) if match and match.group(1) in self._by_function else loaded
+
     def _blame(self, op, values, index: int, shape, run) -> Culprit:
         ref = self._ref(op)
         ins = [values[t.name] if t.name in values else run(t) for t in op.inputs if _is_float(t)]
         received = _received(ins, index, shape)
+        if op.type in CONTROL_FLOW:
+            suspects = self._inside(op)
+            if len(suspects) == 1:  # the one op in the loop or branch whose backward can make a NaN/Inf
+                (inner,) = suspects
+                return Culprit(inner, f"{op.type} '{ref.op_name}' received {received} and its backward made the "
+                                      f"NaN/Inf from finite upstream gradients; {inner.op_type} '{inner.op_name}' is "
+                                      "the only op in its body whose backward can", suspects)
+            shown = ", ".join(f"{r.op_type} '{r.op_name}' in {r.function}" for r in suspects[:4])
+            return Culprit(ref, f"{op.type} received {received}; the backward of its body made the NaN/Inf"
+                                + (f" (ops there whose backward can: {shown}{', ...' if len(suspects) > 4 else ''})"
+                                   if suspects else ""), suspects)
         grad_fn = self._custom_fn.get(ref)
         if grad_fn is not None and op.name in self._custom_calls:
             inner = self._inside_custom(op, grad_fn, run)

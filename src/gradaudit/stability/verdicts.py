@@ -31,7 +31,8 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
 
     confirmations: dict[tuple[str, OpRef | None, str], str] = {}
     for h in hazards:
-        seen = [obs for _, _, obs in reported if obs.culprit and obs.culprit.op in h.involved]
+        seen = [obs for _, _, obs in reported if obs.culprit and (
+            obs.culprit.op in h.involved or (len(obs.culprit.suspects) == 1 and obs.culprit.suspects[0] in h.involved))]
         if seen:
             first = seen[0]
             what = "gradient" if first.kind == GRADIENT else "value"
@@ -68,7 +69,8 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
             text += ". The op at fault could not be located."
         else:
             text += f". First non-finite value from {rules.op_label(op)}: {first.culprit.detail}."
-            linted = sorted({f"{h.rule.code} {h.rule.slug}" for h in hazards if op in h.involved})
+            inside = set(first.culprit.suspects)
+            linted = sorted({f"{h.rule.code} {h.rule.slug}" for h in hazards if op in h.involved or inside & h.involved})
             if linted:
                 text += f" The hazard {', '.join(linted)} is reported there."
         findings.append(rule.finding(text, op=op, sources=sources, outputs=(output,)))
