@@ -5,7 +5,7 @@ Run with the system python3 (TensorFlow 2.21) and a C++ compiler::
     python3 sample_models/thirdparty/build_customop.py [OUT_DIR]    # default: sample_models/thirdparty
 
 It compiles tests/ops_pkg/gradaudit_testops/ops.cc into a temporary folder (or uses $GRADAUDIT_TESTOPS_SO),
-imports gradaudit_testops, writes OUT_DIR/customop_{float,nograd,string}/ and their truth.json. These models
+imports gradaudit_testops, writes OUT_DIR/customop_{float,nograd,string,custom_gradient}/ and their truth.json. These models
 load only once the library is loaded (``tf.saved_model.load`` fails with "Op type not registered 'GaScale'"
 in a plain TensorFlow).
 
@@ -38,6 +38,7 @@ def _inputs() -> dict[str, dict[str, dict[str, np.ndarray]]]:
     return {
         "customop_float": {"serving_default": {"x": x}},
         "customop_nograd": {"serving_default": {"x": x}},
+        "customop_custom_gradient": {"serving_default": {"x": x}},
         "customop_string": {"serving_default": {
             "text": np.array([b"hello", b"gradient audit", b""]),  # bytes dtype: savez without pickle
             "x": np.array([0.5, -1.0, 2.0], np.float32)}},
@@ -80,6 +81,15 @@ def build_models(out_dir: str) -> list[str]:
              [tf.TensorSpec([None], tf.string, name="text"), tf.TensorSpec([None], tf.float32, name="x")],
              "customop_string", w=tf.Variable(1.5, name="w")),
     ]
+
+    # GaNoGrad wrapped in a saved tf.custom_gradient whose gradient uses built-in ops only: differentiable
+    # with or without the package's Python side (the custom gradient replaces the registry lookup)
+    @tf.custom_gradient
+    def square1(v):
+        return ga.ga_no_grad(v), lambda dy: dy * 2.0 * v
+
+    paths.append(save(lambda self, x: {"y": square1(x * self.w) + self.b}, [x_spec], "customop_custom_gradient",
+                      w=tf.Variable([1.0, -0.5, 0.75], name="w"), b=tf.Variable([0.1, 0.2, 0.3], name="b")))
     return paths
 
 

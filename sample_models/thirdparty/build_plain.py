@@ -4,7 +4,7 @@ Run with the system python3 (TensorFlow 2.21)::
 
     python3 sample_models/thirdparty/build_plain.py [OUT_DIR]     # default: sample_models/thirdparty
 
-Writes OUT_DIR/<name>/ (SavedModel + truth.json) for each model in MODELS. truth.json is what
+Writes OUT_DIR/<name>/ (SavedModel, truth.json and, for signature models, inputs.npz) for each model in MODELS. truth.json is what
 ``tf.GradientTape`` says on the loaded model (see truth.py), on the inputs recorded in it.
 """
 
@@ -178,6 +178,7 @@ def build_one(name: str, out_dir: str) -> str:
         data = saved_function_truth(path, inputs)
     else:
         data = truth.signature_truth(path, inputs)
+        np.savez(os.path.join(path, "inputs.npz"), **inputs["serving_default"])  # for gradaudit --inputs
     data.update(model=name, environment=truth.environment(), builder="build_plain.py")
     truth.write(path, data)
     return path
