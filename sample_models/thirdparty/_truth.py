@@ -14,7 +14,7 @@ For every signature given and every (source, float output) pair it records
 * ``"none"``: ``tape.gradient`` returns None (no path TensorFlow can differentiate),
 * ``"error: <message>"``: calling the model under the tape or taking the gradient raised.
 
-Method: ``tf.saved_model.load``; a fresh non-persistent tape per gradient; float signature inputs are
+Method: ``tf.saved_model.load`` in a fresh child process (TensorFlow only, no library imported); a fresh non-persistent tape per gradient; float signature inputs are
 watched; trainable variables are those captured by the signature's concrete function (named by their
 ``SavedVariable.name`` in the object graph, as gradaudit names them); each output is projected on a
 fixed random cotangent (never on ones: the gradient of ``sum(softmax(x))`` is exactly zero).
@@ -200,6 +200,18 @@ def census(export_dir):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def fresh_signature_truth(export_dir, signature_key, npz_path):
+    """signature_truth in a child process of this interpreter that imports TensorFlow only.
+
+    The building process is not a fair place to take the truth: it still holds the Python objects the
+    model was traced from (e.g. the second derivative of a jax2tf model raises TypeError "out of scope"
+    there, LookupError for IdentityN in a fresh process, which is what gradaudit sees)."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "signature", export_dir, signature_key,
+                          npz_path], check=True, capture_output=True, text=True,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def write_truth(export_dir, signatures, library, builder, notes=None, extra=None):
     """Compute the truth for ``signatures`` = {key: {input: (array, domain text)}} and write truth.json.
 
@@ -220,12 +232,14 @@ def write_truth(export_dir, signatures, library, builder, notes=None, extra=None
     }
     for key, ins in signatures.items():
         arrays = {k: np.asarray(v[0]) for k, v in ins.items()}
-        entry = signature_truth(export_dir, key, arrays)
+        npz = os.path.join(export_dir, "inputs.npz" if key == "serving_default" else f"inputs.{key}.npz")
+        np.savez(npz, **arrays)
+        entry = fresh_signature_truth(export_dir, key, npz)
+        if key != "serving_default":
+            os.remove(npz)
         for k, v in ins.items():
             entry["inputs"][k]["domain"] = v[1]
         doc["entry_points"][key] = entry
-        if key == "serving_default":
-            np.savez(os.path.join(export_dir, "inputs.npz"), **arrays)
     doc.update(census(export_dir))
     if notes:
         doc["notes"] = notes
@@ -241,3 +255,11 @@ def table(doc):
     """{signature: {source: {output: truth}}}, for printing."""
     return {key: {r["source"] + "->" + r["output"]: r["truth"] for r in ep["pairs"]}
             for key, ep in doc["entry_points"].items()}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] != "signature":
+        sys.exit("usage: _truth.py signature EXPORT_DIR SIGNATURE_KEY INPUTS.npz")
+    with np.load(sys.argv[4]) as data:
+        _inputs = {k: data[k] for k in data.files}
+    print(json.dumps(signature_truth(sys.argv[2], sys.argv[3], _inputs)))
