@@ -19,6 +19,8 @@ def test_custom_gradient_through_stop_gradient_is_caught(audited):
     f = finding(r, "second-order-mismatch")
     assert f.severity.value == "error" and f.sources == ("x",) and f.outputs == ("y",)
     assert "exactly zero" in f.message and "stop_gradient" in f.message
+    # the op whose backward goes wrong: the custom gradient that cuts its own derivative
+    assert f.op is not None and f.op.op_type == "IdentityN" and "uses tf.stop_gradient" in f.message
     (result,) = second_order(r)
     assert result.status == "fail" and result.dtype == "float64"
     assert "second-order-mismatch" not in rules_of(audited("second_order_stop_gradient"))  # order 1

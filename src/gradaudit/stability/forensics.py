@@ -162,6 +162,10 @@ class Forensics:
         self._custom_calls.setdefault(op.name, (func, grads + list(captures)))
         return func._call_flat(grads, captures)  # noqa: SLF001 - the loader calls it the same way
 
+    def custom_gradient_functions(self) -> dict[OpRef, str]:
+        """Each op with a saved custom gradient -> the saved function that computes it."""
+        return dict(self._custom_fn)
+
     def _ref(self, op) -> OpRef:
         parts = op.name.split("/")
         for k in range(len(parts)):

@@ -156,11 +156,12 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
             status, reason = "fail", f"{LABEL}: H·v {est.autodiff:.4e}, central differences {est.numeric:.4e}"
             why = (" TensorFlow's second derivative is exactly zero: the gradient function does not depend on "
                    "the input (tf.stop_gradient or numpy inside a custom gradient)." if est.autodiff == 0 else "")
+            op, where = _suspects(prober)
             outcome.findings.append(rules.SecondOrderMismatch.finding(
                 f"The second derivative of {shown} with respect to {', '.join(names)} is wrong: along random "
                 f"directions w·H·v is {est.autodiff:.4e} by differentiating the gradient again, but "
                 f"{est.numeric:.4e} ± {est.bound:.1e} by central differences of the gradient (step {est.step:.1e}, "
-                f"{dtype}).{why}", sources=names, outputs=outs))
+                f"{dtype}).{why}{where}", op=op, sources=names, outputs=outs))
         elif verdict == "pass":
             status, reason = "pass", f"{LABEL}: Hessian-vector product agrees with central differences"
         else:  # unresolved, or a gradient flat along the line (ReLU networks): no verdict
@@ -174,3 +175,32 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
             f"TensorFlow cannot differentiate the gradient of {output_label(outputs, plan.float_outputs)} "
             f"with respect to {', '.join(names)} a second time: {reason}", sources=names, outputs=outputs))
     return outcome
+
+
+# Ops inside a gradient function whose own derivative is not the derivative of what they compute.
+_SECOND_ORDER_CUTS = {"StopGradient": "tf.stop_gradient", "PreventGradient": "tf.stop_gradient",
+                      "PyFunc": "numpy (tf.numpy_function)", "PyFuncStateless": "numpy (tf.numpy_function)",
+                      "EagerPyFunc": "tf.py_function"}
+
+
+def _suspects(prober) -> tuple:
+    """(the op to blame, a sentence): a second derivative differentiates the gradient functions again, so
+    the saved custom gradients are where it goes wrong, first those that cut their own derivative."""
+    custom = list(prober.info.custom_gradients)
+    if not custom:
+        return None, (" The model has no saved custom gradient: the ops on the path have TensorFlow's registered "
+                      "gradients, whose own derivatives are at fault.")
+    library = {f.signature.name: f for f in prober.info.meta_graph.graph_def.library.function}
+    functions = prober.forensics.custom_gradient_functions()
+    cutting = []
+    for ref in custom:
+        fdef = library.get(functions.get(ref, ""))
+        ops = {n.op for n in fdef.node_def} if fdef is not None else set()
+        cutting += [(ref, _SECOND_ORDER_CUTS[o]) for o in sorted(ops & set(_SECOND_ORDER_CUTS))]
+    if cutting:
+        ref, what = cutting[0]
+        return ref, (f" The custom gradient of {rules.op_label(ref)} ({functions.get(ref)}) uses {what}: its own "
+                     "derivative is cut there.")
+    shown = ", ".join(rules.op_label(r) for r in custom[:3]) + (", ..." if len(custom) > 3 else "")
+    return (custom[0] if len(custom) == 1 else None), (
+        f" The saved custom gradient{'s' if len(custom) > 1 else ''} differentiated again: {shown}.")
