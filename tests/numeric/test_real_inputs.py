@@ -160,3 +160,18 @@ def test_jax2tf_model_with_a_correct_saved_gradient_passes(audit_of):
 def test_jax2tf_gradient_wrong_above_two_fails_by_default(audit_of):
     r = audit_of(jax("jax_custom_vjp_wrong_x_gt_2"))
     assert "gradient-mismatch" in rules(r)
+
+
+def test_mismatch_without_custom_gradient_names_the_ops_to_look_at(audit_of, tmp_path):
+    """Labels that are not a distribution, given with --inputs: TensorFlow's own gradient of the loss
+    differs from its derivative; no custom gradient is blamed, the loss op is named."""
+    rng = np.random.default_rng(1)
+    path = str(tmp_path / "bad_labels.npz")
+    np.savez(path, x=rng.standard_normal((2, 4)).astype("float32"),
+             labels=rng.standard_normal((2, 3)).astype("float32"))
+    r = audit_of("xent", inputs_file=path)
+    found = [f for f in r.findings if f.rule == "gradient-mismatch" and "x" in f.sources]
+    assert found, [(f.rule, f.message) for f in r.findings]
+    f = found[0]
+    assert f.op is not None and f.op.op_type == "SoftmaxCrossEntropyWithLogits"
+    assert "no saved custom gradient" in f.message and "custom gradient" not in f.fix.split(":")[1]

@@ -10,7 +10,7 @@ are named.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -452,15 +452,27 @@ class Checker:
             return
         suspects = self.s.custom_gradients
         hint = ""
+        fix = None
         if suspects:
             shown = ", ".join(f"{op.op_type} '{op.op_name}' in {op.function}" for op in suspects[:3])
             hint = f" The model's custom gradients: {shown}{', ...' if len(suspects) > 3 else ''}."
-        self.findings.append(rules.GradientMismatch.finding(
+        else:
+            suspects = self.s.domains.assuming
+            shown = ", ".join(f"{op.op_type} '{op.op_name}' in {op.function}" for op in suspects[:4])
+            hint = (" The model has no saved custom gradient: the gradient is TensorFlow's registered one. "
+                    + (f"Ops whose registered gradient assumes something of its inputs or is not their "
+                       f"derivative: {shown}{', ...' if len(suspects) > 4 else ''}." if suspects else
+                       "No op with a registered gradient known to differ from its derivative was found: look at "
+                       "gradients registered by imported libraries (tf.RegisterGradient) and at the inputs."))
+            fix = ("The model has no custom gradient: look at the ops named in the message and at what their "
+                   "registered gradients assume of the inputs; pass real examples with --inputs.")
+        finding = rules.GradientMismatch.finding(
             f"The gradient of {label} with respect to {where} disagrees with finite differences: relative "
             f"error {est.rel_error:.2e} (error bound {est.rel_bound:.1e}, step {est.step:.1e}, "
             f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), seen at "
             f"two points.{hint}", op=suspects[0] if len(suspects) == 1 else None,
-            sources=tuple(names), outputs=group.outputs))
+            sources=tuple(names), outputs=group.outputs)
+        self.findings.append(replace(finding, fix=fix) if fix else finding)
 
     def _bisect(self, group: Group, u, confirming: Attempt) -> tuple[list[tuple[list[int], Estimate]], int]:
         """Split the failing variables in halves and keep the halves that still fail, down to single

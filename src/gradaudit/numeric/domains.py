@@ -57,10 +57,21 @@ class Uncertain:
     outputs: frozenset[str]  # outputs `op` reaches
 
 
+# Ops whose registered gradient is not the derivative of their forward value everywhere: it assumes
+# something of an input (a distribution, an index range) or is a surrogate, or comes from another
+# framework's compiled module.
+ASSUMING = frozenset({*DISTRIBUTION_LABELS, "SparseSoftmaxCrossEntropyWithLogits", "CTCLoss", "CTCLossV2",
+                      "FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel",
+                      "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4",
+                      "XlaCallModule"})
+
+
 @dataclass
 class Domains:
     inputs: dict[str, InputDomain] = field(default_factory=dict)
     uncertain: list[Uncertain] = field(default_factory=list)
+    # ops of ASSUMING types: where to look first when a gradient without a custom gradient is wrong
+    assuming: list[OpRef] = field(default_factory=list)
 
     def doubtful(self, sources: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str],
                  given: set[str]) -> Uncertain | None:
@@ -79,7 +90,8 @@ def infer(analysis) -> Domains:
     g = analysis.graph
     variable_shapes = {t: analysis.sources[i].shape for i, t in analysis.source_tensor.items()
                        if analysis.sources[i].kind == "variable"}
-    domains = Domains()
+    domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING},
+                                      key=lambda r: (r.function, r.op_name)))
     for spec in analysis.signature.inputs:
         t = analysis.input_tensor.get(spec.name)
         if t is None:
