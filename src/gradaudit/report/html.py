@@ -62,20 +62,28 @@ class Group:
         return sorted(c.items(), key=lambda kv: _status_rank(kv[0]))
 
     @property
-    def open(self) -> bool:
-        """Groups whose every pair is connected start folded: the eye goes to the others."""
-        return any(cell.status != "connected" for row in self.rows for cell in row.cells)
+    def healthy(self) -> bool:
+        return all(cell.status == "connected" for row in self.rows for cell in row.cells)
 
 
 @dataclass(frozen=True)
 class ChainNode:
     kind: str  # "source" | "op" | "cut" | "output"
     x: int
+    y: int
     line1: str
     line2: str
     title: str
     gap_before: int  # ops left out between this node and the previous one
-    after_cut: bool  # the edge into this node carries no gradient back
+
+
+@dataclass(frozen=True)
+class ChainEdge:
+    points: str  # an SVG polyline, ending at the next node
+    dead: bool  # after the cut: no gradient flows back along it
+    label: str  # "… N ops …" where a stretch is left out
+    label_x: int
+    label_y: int
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,9 @@ class PathView:
     output: str
     cut: str  # "OpType 'name'"
     nodes: tuple[ChainNode, ...]
+    edges: tuple[ChainEdge, ...]
     width: int
+    height: int
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,8 @@ class ModelView:
     statuses: list[tuple[str, int]]
     outputs: list[str]
     groups: list[Group]
+    fold: bool  # fold the healthy layers: the eye goes to the others
+    header_px: int  # height of the rotated output names above the heatmap
     rules: list[RuleGroup]
     suppressed: list[Finding]
     paths: list[PathView]
@@ -148,6 +160,9 @@ def _cell_title(entry: FlowEntry) -> str:
     return text
 
 
+FOLD_ABOVE = 24  # sources: above this many, layers whose every pair is connected start folded
+
+
 def _heatmap(report: Report, path_ids: dict[tuple[str, str], str]) -> tuple[list[str], list[Group]]:
     cells = {(f.source, f.output): f for f in report.flow}
     outputs = [o.name for o in report.outputs if any(f.output == o.name for f in report.flow)]
@@ -165,31 +180,45 @@ def _heatmap(report: Report, path_ids: dict[tuple[str, str], str]) -> tuple[list
     return outputs, list(groups.values())
 
 
-NODE_W, NODE_GAP, WIDE_GAP = 150, 34, 92
+# Chain layout: nodes of NODE_W x NODE_H, PER_ROW to a row, rows ROW_H apart (a long path wraps).
+NODE_W, NODE_H, GAP, PER_ROW, ROW_H, TOP = 132, 46, 40, 7, 84, 22
 
 
-def _short(text: str, limit: int = 22) -> str:
+def _short(text: str, limit: int = 19) -> str:
     """The end of a long op name: the last parts say which op it is."""
     return text if len(text) <= limit else "…" + text[-(limit - 1):]
 
 
 def chain(path: BlockedPath, anchor: str) -> PathView:
-    """Lay out a path as a row of nodes: the source, its ops (the cut marked), the output."""
+    """Lay out a path as rows of nodes: the source, its ops (the cut marked), the output."""
     items = [("source", path.source, "source", path.source, 0)]
     for k, step in enumerate(path.steps):
-        kind = "cut" if k == path.cut else "op"
-        items.append((kind, step.op_type, step.op_name, f"{step.op_type} '{step.op_name}' in {step.function}",
-                      step.skipped))
+        items.append(("cut" if k == path.cut else "op", step.op_type, step.op_name,
+                      f"{step.op_type} '{step.op_name}' in {step.function}", step.skipped))
     items.append(("output", path.output, "output", path.output, 0))
-    nodes: list[ChainNode] = []
-    x = 0
+    nodes = []
     for k, (kind, line1, line2, title, gap) in enumerate(items):
-        if nodes:
-            x += NODE_W + (WIDE_GAP if gap else NODE_GAP)
-        nodes.append(ChainNode(kind, x, _short(line1, 20), _short(line2), title, gap, k > path.cut + 1))
+        row, col = divmod(k, PER_ROW)
+        nodes.append(ChainNode(kind, col * (NODE_W + GAP), TOP + row * ROW_H, _short(line1), _short(line2),
+                               title, gap))
+    edges = []
+    for k in range(1, len(nodes)):
+        a, b = nodes[k - 1], nodes[k]
+        mid_y = b.y + NODE_H // 2
+        if a.y == b.y:  # same row: left to right
+            points = f"{a.x + NODE_W},{mid_y} {b.x - 2},{mid_y}"
+            label_x, label_y = (a.x + NODE_W + b.x) // 2, mid_y - 8
+        else:  # wrap: down from the row's last node, back left, down into the next row's first
+            turn = a.y + NODE_H + (ROW_H - NODE_H) // 2
+            points = (f"{a.x + NODE_W // 2},{a.y + NODE_H} {a.x + NODE_W // 2},{turn} "
+                      f"{b.x + NODE_W // 2},{turn} {b.x + NODE_W // 2},{b.y - 2}")
+            label_x, label_y = (a.x + b.x + NODE_W) // 2, turn - 5
+        edges.append(ChainEdge(points, k > path.cut + 1, f"… {b.gap_before} ops …" if b.gap_before else "",
+                               label_x, label_y))
     cut = path.steps[path.cut]
+    columns = min(len(nodes), PER_ROW)
     return PathView(anchor, path.source, path.output, f"{cut.op_type} '{cut.op_name}'", tuple(nodes),
-                    x + NODE_W + 2)
+                    tuple(edges), columns * NODE_W + (columns - 1) * GAP + 4, nodes[-1].y + NODE_H + 4)
 
 
 def _rule_groups(findings: Sequence[Finding]) -> list[RuleGroup]:
@@ -239,6 +268,8 @@ def model_view(report: Report, index: int, fail_on: str) -> ModelView:
     return ModelView(
         id=mid, report=report, label=model_label(report), verdict=report.verdict(fail_on),
         summary=report.summary(), statuses=statuses, outputs=outputs, groups=groups,
+        fold=sum(len(g.rows) for g in groups) > FOLD_ABOVE,
+        header_px=min(120, 8 * max((len(o) for o in outputs), default=0) + 12),
         rules=_rule_groups([f for f in report.findings if not f.suppressed]),
         suppressed=[f for f in report.findings if f.suppressed], paths=path_views,
         bars=[Bar(n, _bar(n.rel_error)) for n in report.numeric], ladders=_ladders(report))
@@ -253,7 +284,7 @@ def environment() -> Environment:
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["css"] = css_class
     env.filters["where"] = where
-    env.globals.update(STATUS_MARK=STATUS_MARK, NODE_W=NODE_W, LOG_MIN=LOG_MIN, LOG_MAX=LOG_MAX,
+    env.globals.update(STATUS_MARK=STATUS_MARK, NODE_W=NODE_W, NODE_H=NODE_H, LOG_MIN=LOG_MIN, LOG_MAX=LOG_MAX,
                        display_path=display_path)
     return env
 
