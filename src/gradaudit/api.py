@@ -357,13 +357,82 @@ def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:
     return keys
 
 
-def audit(target, **options) -> Report:
+# [tool.gradaudit] keys the Python API reads from a configuration file (the CLI's option names), and the
+# AuditOptions field each sets; the policy keys (select, ignore, ignore-ops, fail-on) are read as well.
+_CONFIG_OPTIONS = {"signature": "signature", "tag": "tags", "static-only": "static_only", "seed": "seed",
+                   "batch-size": "batch_size", "dim": "dim", "order": "order", "timeout": "timeout",
+                   "load-ops": "load_ops", "inputs": "inputs_file"}
+_POLICY_KEYS = ("select", "ignore", "ignore-ops", "fail-on")
+
+
+def _from_config(path: str | os.PathLike) -> dict:
+    """The options and policy a configuration file sets, as `audit` keyword arguments."""
+    from pathlib import Path
+
+    from .config import read
+
+    config = read(Path(path))
+    out: dict = {}
+    for key, value in config.values.items():
+        if key in _CONFIG_OPTIONS:
+            field_name = _CONFIG_OPTIONS[key]
+            if field_name in ("tags", "load_ops"):
+                value = tuple([value] if isinstance(value, str) else value)
+            if field_name == "inputs_file" and config.path:
+                value = str(config.path.parent / value)
+            out[field_name] = value
+        elif key in _POLICY_KEYS:
+            if key == "ignore-ops" and isinstance(value, dict):
+                value = [f"{rule}:{g}" for rule, globs in value.items() for g in ([globs] if isinstance(globs, str)
+                                                                                 else globs)]
+            out[key.replace("-", "_")] = value
+        else:
+            raise GradauditError(f"{config.where}: key {key!r} is not read by the Python API (pass it as an "
+                                 "argument of audit())" if not key.startswith("allow") else
+                                 f"{config.where}: {key!r} cannot be set in a configuration file")
+    return out
+
+
+def _policy(select, ignore, ignore_ops):
+    from .suppress import IgnoreOp, Policy, UnknownRule, parse_rules, split_values
+
+    def listed(value) -> list[str]:
+        return [value] if isinstance(value, str) else list(value or ())
+
+    try:
+        return Policy(select=parse_rules(listed(select)) if select else None,
+                      ignore=parse_rules(listed(ignore)) if ignore else frozenset(),
+                      ignore_ops=tuple(IgnoreOp.parse(t) for t in split_values(listed(ignore_ops))))
+    except (UnknownRule, ValueError) as exc:
+        raise GradauditError(str(exc)) from None
+
+
+def audit(target, *, config: str | os.PathLike | None = None, select=None, ignore=None, ignore_ops=None,
+          fail_on: str | None = None, **options) -> Report:
     """Audit `target` and return the Report.
 
     `target` is a SavedModel folder, a `.keras`/`.h5` file, `package.module:attr` or `file.py:attr`,
     or the object itself: a tf.function, ConcreteFunction, tf.Module or keras.Model.
-    `options` are AuditOptions fields (signature, tags, static_only, seed, input_specs, ...).
+    `options` are AuditOptions fields (signature, tags, static_only, seed, input_specs, load_ops, ...).
+    The policy takes the CLI's options under the same names: `select`, `ignore` (rule codes, prefixes or
+    slugs), `ignore_ops` (`GLOB` or `RULE:GLOB`), `fail_on` (the threshold of `report.verdict()` and
+    `report.ok`), and `config`, a pyproject.toml ([tool.gradaudit]) or TOML file whose keys set the same
+    options and policy; arguments win over the file.
     """
+    settings = _from_config(config) if config is not None else {}
+    explicit = {"select": select, "ignore": ignore, "ignore_ops": ignore_ops, "fail_on": fail_on}
+    settings.update({k: v for k, v in explicit.items() if v is not None})
+    settings.update(options)
+    policy = _policy(settings.pop("select", None), settings.pop("ignore", None), settings.pop("ignore_ops", None))
+    threshold = settings.pop("fail_on", "error")
+    if threshold not in ("error", "warning", "info", "never"):
+        raise GradauditError(f"fail_on must be error, warning, info or never, not {threshold!r}")
+    report = policy.apply(_audit_target(target, settings))
+    report.fail_on = threshold
+    return report
+
+
+def _audit_target(target, options: dict) -> Report:
     from .targets.python import KERAS_SUFFIXES, is_python_target, load_keras_file, resolve
 
     opts = AuditOptions(**{k: tuple(v) if k in ("tags", "input_specs", "load_ops") and isinstance(v, list) else v

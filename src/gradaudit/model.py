@@ -129,12 +129,18 @@ class NumericResult:
     precision_reason: str | None = None
     # the stability probe scale (signed) of the point checked; None: the synthesised (or --inputs) point
     scale: float | None = None
+    # a `fail` that a cut found by the static pass explains (the gradient leaves that path out by design):
+    # the cut op's label; such a mismatch is expected, not a finding against the model
+    expected_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "output": self.output, "status": self.status,
-                "rel_error": self.rel_error, "step": self.step, "dtype": self.dtype,
-                "evaluations": self.evaluations, "reason": self.reason,
-                "precision_reason": self.precision_reason, "scale": self.scale}
+        d = {"source": self.source, "output": self.output, "status": self.status,
+             "rel_error": self.rel_error, "step": self.step, "dtype": self.dtype,
+             "evaluations": self.evaluations, "reason": self.reason,
+             "precision_reason": self.precision_reason, "scale": self.scale}
+        if self.expected_by:
+            d["expected_by"] = self.expected_by
+        return d
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,7 @@ class Report:
     # requested checks that did not run (or not to the end), one line each with the reason: the run can
     # vouch for nothing they would have found, so the verdict is "incomplete", never "pass"
     incomplete: list[str] = field(default_factory=list)
+    fail_on: str = "error"  # the threshold this report's verdict uses when none is given (the API's policy)
 
     def summary(self) -> dict[str, int]:
         counts = {s.value: 0 for s in Severity}
@@ -216,8 +223,9 @@ class Report:
         active = [f.severity for f in self.findings if not f.suppressed]
         return max(active, key=lambda s: s.rank) if active else None
 
-    def fails(self, fail_on: str = "error") -> bool:
+    def fails(self, fail_on: str | None = None) -> bool:
         """True when an active finding is at or above `fail_on` (error, warning, info, never)."""
+        fail_on = fail_on or self.fail_on
         if fail_on == "never":
             return False
         threshold = Severity(fail_on).rank
@@ -225,13 +233,13 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return self.verdict("error") == "pass"
+        return self.verdict() == "pass"
 
     @property
     def unknown_pairs(self) -> list[FlowEntry]:
         return [e for e in self.flow if e.status == "unknown"]
 
-    def verdict(self, fail_on: str = "error") -> str:
+    def verdict(self, fail_on: str | None = None) -> str:
         """`fail` (a finding at or above `fail_on`), `incomplete` (a requested check did not run, or a pair's
         gradient cannot be known here), else `pass`."""
         if self.fails(fail_on):
@@ -240,15 +248,15 @@ class Report:
             return "incomplete"
         return "pass"
 
-    def gate_fails(self, fail_on: str = "error") -> bool:
+    def gate_fails(self, fail_on: str | None = None) -> bool:
         """Whether this report makes the run exit 1: a failure, or an incomplete audit (unless `never`)."""
-        return fail_on != "never" and self.verdict(fail_on) != "pass"
+        return (fail_on or self.fail_on) != "never" and self.verdict(fail_on) != "pass"
 
-    def to_json(self, fail_on: str = "error") -> str:
+    def to_json(self, fail_on: str | None = None) -> str:
         """The same JSON document the CLI writes with --format json."""
         from .report.json_report import render
 
-        return render(self, fail_on)
+        return render(self, fail_on or self.fail_on)
 
 
 def combined_verdict(reports, fail_on: str = "error", failed: bool = False) -> str:

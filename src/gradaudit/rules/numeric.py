@@ -197,6 +197,7 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str]) -> tu
     for n in numeric:
         cut = cut_for(n.source, n.output) if n.status == "fail" else None
         if cut is not None:
-            n = replace(n, reason=f"expected: {cut.op.op_type} '{cut.op.op_name}' ({cut.rule}) cuts a path")
+            n = replace(n, reason=f"expected: {cut.op.op_type} '{cut.op.op_name}' ({cut.rule}) cuts a path",
+                        expected_by=f"{cut.op.op_type} '{cut.op.op_name}' ({cut.rule})")
         out_numeric.append(n)
     return out_findings, out_numeric
