@@ -36,6 +36,9 @@ def _cell(entry: FlowEntry | None) -> Text:
         return Text("connected", style="green")
     if entry.status == "disconnected":
         return Text("no path", style="dim")
+    if entry.status == "unknown":
+        return Text("unknown: " + ", ".join(sorted({r.op_type for r in entry.unknown_by}) or ["?"]),
+                    style="bold yellow")
     ops = sorted({c.op.op_type for c in entry.blocked_by}) or ["?"]
     return Text("blocked: " + ", ".join(ops), style="bold red")
 
