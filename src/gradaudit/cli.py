@@ -69,6 +69,11 @@ def _print_version(ctx, _param, value):
               help="Print gradaudit's and TensorFlow's versions.")
 def main() -> None:
     """Audit whether a TensorFlow model can really be differentiated, and where and why not."""
+    from .interrupt import install
+
+    # SIGTERM and Ctrl-C stop the child that runs the model and remove every temporary folder; exit
+    # 128+signal, never 1 (findings).
+    click.get_current_context().call_on_close(install())
 
 
 def _rules(_ctx, _param, values: tuple[str, ...]) -> frozenset[str] | None:
