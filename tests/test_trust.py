@@ -176,3 +176,17 @@ def test_a_gradient_that_raises_only_for_some_shapes(tmp_path, shape, expected):
     assert ("gradient-raises" in {f.rule for f in report.findings}) == (expected == "blocked")
     if shape[0] is not None:
         assert contradictions(report, tape_truth(path, ["serving_default"])["serving_default"]) == []
+
+
+def test_an_internal_error_in_the_timeout_child_is_said_to_be_one(samples, tmp_path, monkeypatch):
+    """The --timeout child runs the audit again in a fresh process; a bug there comes back as gradaudit's
+    failure with the child's partial report, not as a pass or a crash of the parent."""
+    from gradaudit import api
+    from gradaudit.errors import InternalError
+
+    err = InternalError("running the numeric checks", RuntimeError("in the child"))
+    monkeypatch.setattr("gradaudit.isolate.run_isolated", lambda *_a, **_k: err)
+    with pytest.raises(InternalError) as caught:
+        api.audit_saved_model(os.path.join(samples, "mlp"), AuditOptions(timeout=30.0))
+    assert caught.value.report is not None and caught.value.report.verdict() == "incomplete"
+    assert "RuntimeError: in the child" in str(caught.value)

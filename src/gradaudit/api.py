@@ -185,7 +185,7 @@ def _executed_part(path: str, options: AuditOptions, key: str):
     try:
         return audit_saved_model(path, replace(options, timeout=None), key)
     except InternalError as exc:
-        return ("internal", exc.stage, exc.detail, exc.report)
+        return exc
 
 
 def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str) -> None:
@@ -201,12 +201,8 @@ def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str
         report.incomplete.append(f"numeric checks and stability probes did not finish: {exc}; the static "
                                  "report is complete")
         return
-    if isinstance(child, tuple):
-        _stage, detail, partial = child[1], child[2], child[3]
-        err = InternalError(_stage, RuntimeError(detail))
-        err.detail = detail  # the child's exception, as it said it
-        err.args = (f"internal error in gradaudit while {_stage}: {detail}; please report it",)
-        raise err.with_report(partial or report)
+    if isinstance(child, InternalError):
+        raise child if child.report is not None else child.with_report(report)
     report.seed = child.seed
     report.numeric.extend(child.numeric)
     report.stability.extend(child.stability)

@@ -23,6 +23,9 @@ class InternalError(Exception):
         if report is not None:
             self.with_report(report)
 
+    def __reduce__(self):  # crosses process boundaries (--jobs workers, the --timeout child) intact
+        return (_rebuild_internal, (self.stage, self.detail, self.args, self.report))
+
     def with_report(self, report: Any) -> "InternalError":
         """Keep the report as far as it got, marked incomplete: what this stage would have found is missing."""
         if self.report is None:
@@ -31,3 +34,9 @@ class InternalError(Exception):
             if line not in report.incomplete:
                 report.incomplete.append(line)
         return self
+
+
+def _rebuild_internal(stage: str, detail: str, args: tuple, report: Any) -> InternalError:
+    err = InternalError(stage, RuntimeError(detail))
+    err.detail, err.args, err.report = detail, args, report
+    return err
