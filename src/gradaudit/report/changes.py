@@ -21,7 +21,7 @@ def _pair(p: PairChange) -> str:
     text = f"{p.source} → {p.output}: {p.old} → {p.new}"
     if p.cuts:
         text += f", cut by {_cuts(p)}"
-    return text + (" (lost its gradient)" if p.lost else "")
+    return text
 
 
 def _other_lines(m: ModelChanges, bullet: str, code: Callable[[str], str],
