@@ -160,7 +160,8 @@ _PATH = click.Path(dir_okay=False)
               help="Signature key to audit (or a saved function's name for a model without signatures).")
 @click.option("--all-signatures/--no-all-signatures", default=False, help="Audit every signature in turn.")
 @click.option("--static-only/--no-static-only", default=False,
-              help="Only the static pass: never load or run the model.")
+              help="Only the static pass: never load or run the model (a module:attr target is still "
+                   "imported, which runs its module's code).")
 @click.option("--select", multiple=True, metavar="RULE", callback=_rules,
               help="Only these rules: code, code prefix or slug (repeat or comma-separate; default: all).")
 @click.option("--ignore", multiple=True, metavar="RULE", callback=_rules,
@@ -199,8 +200,9 @@ _PATH = click.Path(dir_okay=False)
 @click.option("--input-spec", "input_specs", multiple=True, metavar="NAME=DTYPE[D0,...]",
               help="Input of a Python function traced without an input_signature, e.g. x=float32[None,4].")
 @click.option("--allow-unsafe-ops", is_flag=True,
-              help="Run models holding file, network or Python ops (GA401), and load Keras files holding "
-                   "Python code. Command line only: a configuration file cannot set it.")
+              help="Run models holding ops or files not proven safe (GA401 file, network, process or "
+                   "Python ops; GA402 ops off the reviewed list; GA403 assets outside the model), and load "
+                   "Keras files holding Python code. Command line only: a configuration file cannot set it.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the part that runs the model (numeric checks, probes): it runs in a child process "
                    "and is marked 'error: timeout' when it takes longer; the static report stays.")
@@ -215,6 +217,10 @@ def audit_command(models, recursive, jobs, shard, html_path, tags, signature, al
                   input_specs, allow_unsafe_ops, timeout, load_ops, debug) -> None:
     """Audit each MODEL: a SavedModel folder (or its saved_model.pb; with --recursive, a folder of them),
     a Keras file (.keras, .h5), or a Python object as module:attr or file.py:attr.
+
+    A module:attr or file.py:attr target is imported, which runs that module's code, also with
+    --static-only: audit only Python targets you would run yourself. SavedModels run only when every op
+    they would run is proven harmless (see GA401-GA403).
 
     Options can also be set in [tool.gradaudit] of pyproject.toml, keyed by option name (fail-on = "warning");
     the command line wins."""
