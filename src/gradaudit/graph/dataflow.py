@@ -4,6 +4,7 @@ If and Case branches inlined, as tensor and op nodes joined by edges that say wh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tensorflow.python.framework import tensor_util
 
@@ -156,11 +157,19 @@ def _scalar_const(node) -> float | None:
     return float(value.reshape(()))
 
 
+class GradientDependencies(Protocol):
+    """What the builder asks of a saved gradient function (graph/gradfn.py answers it)."""
+
+    graphs: dict[str, Dataflow]
+
+    def dependencies(self, fn: str) -> list[list[bool]]: ...
+
+
 class DataflowBuilder:
     """Builds a Dataflow from a root GraphDef (a signature's nodes) or a root FunctionDef."""
 
     def __init__(self, library: Library, oracle: GradientOracle,
-                 grad_fn_deps: "GradFnAnalyzer | None" = None, max_nodes: int = 5_000_000):
+                 grad_fn_deps: GradientDependencies | None = None, max_nodes: int = 5_000_000):
         self.lib = library
         self.oracle = oracle
         self.g = Dataflow()
@@ -406,26 +415,3 @@ class DataflowBuilder:
             g.producer[o] = pseudo
             g.ops[pseudo] = OpNode(ref, list(flags.items()), [o], None, custom_gradient=gradient_op_type,
                                    custom_gradient_saved=saved, dead_inputs=tuple(dead))
-
-
-class GradFnAnalyzer:
-    """Which results of a saved gradient function depend on which of its arguments (upstream grads)."""
-
-    def __init__(self, library: Library, oracle: GradientOracle):
-        self.lib = library
-        self.oracle = oracle
-        self._cache: dict[str, list[list[bool]]] = {}
-        self.graphs: dict[str, Dataflow] = {}  # the Dataflow built for each analysed function
-
-    def dependencies(self, fn: str) -> list[list[bool]]:
-        """deps[k][j]: result j of `fn` depends on the value of argument k."""
-        if fn not in self._cache:
-            from .reach import forward_masks  # noqa: PLC0415 - reach imports this module
-
-            b = DataflowBuilder(self.lib, self.oracle, self)
-            args = b.new_arg_tensors(fn)
-            rets = b.add_function(fn, args)
-            masks = forward_masks(b.g, {t: 1 << k for k, t in enumerate(args)}, VALUE)
-            self.graphs[fn] = b.g
-            self._cache[fn] = [[bool(masks[r] >> k & 1) for r in rets] for k in range(len(args))]
-        return self._cache[fn]
