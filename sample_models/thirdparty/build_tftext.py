@@ -2,7 +2,7 @@
 
 Run in the tensorflow-text venv (tensorflow-text 2.21.1, which pins TensorFlow 2.21)::
 
-    /work/venvs/tftext/bin/python sample_models/thirdparty/build_tftext.py [OUT_DIR]
+    /work/venvs/tftext/bin/python sample_models/thirdparty/build_tftext.py [OUT_DIR [MODEL...]]
 
 (the venv: ``python3.11 -m venv /work/venvs/tftext && /work/venvs/tftext/bin/pip install tensorflow-text==2.21.1``).
 Writes OUT_DIR/tftext_*/ (SavedModel, truth.json, inputs.npz). Everything is built in code from fixed values:
@@ -107,6 +107,35 @@ class SpanningTree(tf.Module):
         return {"max_score": max_score, "heads": heads, "total": max_score + tf.reduce_sum(x, axis=[1, 2])}
 
 
+class ViterbiDecode(tf.Module):
+    """``ConstrainedSequence`` (tensorflow-text's Viterbi decoder) takes float inputs and returns integers.
+
+    Inputs ``scores`` float32 [None,4,3] and ``lengths`` int32 [None]; trainable ``w`` [3] (class weights)
+    and ``transitions`` [3,3] (transition weights, a float input of the op and of nothing else).
+    s = scores * w; ``path`` = viterbi_constrained_sequence(s, lengths, transition_weights=transitions)
+    (int32, padded to [None,4]); ``path_score`` = sum over valid steps of s[b, t, path[b, t]] (float [None]).
+    The op lies only on the integer path: scores and w reach path_score through the gather's params;
+    transitions reaches no float output except through the op's integer output.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable([1.0, 0.5, 2.0], name="w")
+        self.transitions = tf.Variable([[0.5, -0.25, 0.0], [0.1, 0.3, -0.2], [-0.4, 0.2, 0.6]],
+                                       name="transitions")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4, 3], tf.float32, name="scores"),
+                                  tf.TensorSpec([None], tf.int32, name="lengths")])
+    def __call__(self, scores, lengths):
+        s = scores * self.w
+        path = tft.viterbi_constrained_sequence(s, lengths, transition_weights=self.transitions,
+                                                use_log_space=True, use_start_and_end_states=False)
+        dense = path.to_tensor(default_value=0, shape=[None, 4])
+        picked = tf.gather(s, dense, batch_dims=2)  # [B, 4]
+        mask = tf.sequence_mask(lengths, 4, dtype=tf.float32)
+        return {"path": dense, "path_score": tf.reduce_sum(picked * mask, axis=-1)}
+
+
 def _inputs():
     rng = np.random.default_rng(7)
     return {
@@ -114,6 +143,8 @@ def _inputs():
                                   "x": np.array([[0.5, -1.0], [1.5, 0.25], [-0.75, 2.0]], np.float32)},
         "tftext_wordpiece_bag": {"text": np.array([b"the gradients flow!", b"audit, abc model", b"text"])},
         "tftext_max_spanning_tree": {"x": rng.normal(0.0, 1.0, size=(2, 3, 3)).astype(np.float32)},
+        "tftext_viterbi": {"scores": rng.normal(0.0, 1.0, size=(2, 4, 3)).astype(np.float32),
+                           "lengths": np.array([4, 3], np.int32)},
     }
 
 
@@ -121,13 +152,16 @@ MODELS = {
     "tftext_whitespace_bag": WhitespaceBag,
     "tftext_wordpiece_bag": WordpieceBag,
     "tftext_max_spanning_tree": SpanningTree,
+    "tftext_viterbi": ViterbiDecode,
 }
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, names: list[str] | None = None) -> None:
     ins = _inputs()
     paths = []
     for name, cls in MODELS.items():
+        if names and name not in names:
+            continue
         path = os.path.join(out_dir, name)
         m = cls()
         m(**{k: tf.constant(v) for k, v in ins[name].items()})  # runs once before saving
@@ -149,4 +183,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else HERE)
+    main(sys.argv[1] if len(sys.argv) > 1 else HERE, sys.argv[2:])
