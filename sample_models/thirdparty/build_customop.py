@@ -46,9 +46,8 @@ def _inputs() -> dict[str, dict[str, dict[str, np.ndarray]]]:
 
 
 def build_models(out_dir: str) -> list[str]:
-    import tensorflow as tf
-
     import gradaudit_testops as ga
+    import tensorflow as tf
 
     opts = tf.saved_model.SaveOptions(experimental_custom_gradients=True)
 
@@ -103,7 +102,6 @@ def truths(paths: list[str]) -> dict[str, dict]:
 
 def main(out_dir: str) -> None:
     import tensorflow as tf
-
     import truth
 
     so = os.environ.get("GRADAUDIT_TESTOPS_SO")

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import truth  # noqa: E402  (a sibling script, not a package)
+import truth
 
 _SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=True)
 

@@ -26,7 +26,7 @@ import tensorflow_decision_forests as tfdf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import truth  # noqa: E402  (a sibling script, not a package)
+import truth
 
 
 def _data():
