@@ -35,8 +35,8 @@ def _run_step(name: str, tmp_path: Path, inputs: dict[str, str] | None = None, p
     script = tmp_path / f"step-{len(list(tmp_path.iterdir()))}.sh"
     script.write_text(step["run"])
     # how the runner runs a `shell: bash` step
-    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=tmp_path, env=full_env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=tmp_path,
+                          env=full_env, capture_output=True, text=True, timeout=300)
     written = dict(line.split("=", 1) for line in github_output.read_text().splitlines() if "=" in line)
     return proc, written
 

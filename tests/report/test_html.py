@@ -120,8 +120,8 @@ def test_probe_ladder_names_the_op_of_a_nonfinite_cell(argmax_report):
     table = page[page.index('<table class="grid ladder" data-output="probs">'):]
     table = table[:table.index("</table>")]
     assert "<th>1e-30</th><th>1</th>" in table
-    assert re.search(r"""class="p p-nonfinite_gradient" data-status="nonfinite_gradient" title="[^"]*at Log 'model/Log'"""
-                     r"""[^"]*">Log</td>""", table)
+    assert re.search(r"""class="p p-nonfinite_gradient" data-status="nonfinite_gradient" """
+                     r"""title="[^"]*at Log 'model/Log'[^"]*">Log</td>""", table)
 
 
 def test_flow_cut_by_two_ops_keeps_both_in_the_title(argmax_report):
