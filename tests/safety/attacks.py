@@ -245,3 +245,26 @@ def build(name: str, folder: str, canary: str) -> str:
     path = os.path.join(folder, name)
     shutil.rmtree(path, ignore_errors=True)
     return ATTACKS[name][0](path, canary)
+
+
+def tf1_lookup_with_asset(path: str, vocab: str) -> str:
+    """A TF1 model whose lookup table reads its own asset (the builder's saved_model_assets collection)."""
+    with tf.Graph().as_default() as graph:
+        keys = tf.compat.v1.placeholder(tf.string, [None], name="s")
+        x = tf.compat.v1.placeholder(tf.float32, [None], name="x")
+        w = tf.compat.v1.get_variable("w", initializer=2.0, use_resource=True)
+        asset = tf.constant(vocab, name="asset_path")
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
+        table = tf.lookup.StaticHashTable(tf.lookup.TextFileInitializer(
+            asset, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER), -1)
+        y = x * w * tf.cast(tf.reduce_sum(table.lookup(keys)), tf.float32)
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(tf.compat.v1.tables_initializer())
+            builder = tf.compat.v1.saved_model.Builder(path)
+            sig = tf.compat.v1.saved_model.predict_signature_def({"s": keys, "x": x}, {"y": y})
+            builder.add_meta_graph_and_variables(
+                sess, ["serve"], signature_def_map={"serving_default": sig}, main_op=tf.compat.v1.tables_initializer(),
+                assets_collection=tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS))
+            builder.save()
+    return path

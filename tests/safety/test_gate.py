@@ -68,10 +68,27 @@ def test_the_canary_is_real_when_the_user_allows_it(hostile, tmp_path):
 
 
 def test_a_lookup_table_of_its_own_asset_is_safe(tmp_path):
-    from .attacks import _lookup_model
+    from .attacks import _lookup_model, tf1_lookup_with_asset
 
     report = audit_saved_model(_lookup_model(str(tmp_path / "lookup")), AuditOptions(static_only=True))
     assert not [f for f in report.findings if f.code.startswith("GA4")]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("a\nb\n")
+    path = tf1_lookup_with_asset(str(tmp_path / "tf1_lookup"), str(vocab))
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    assert not [f for f in report.findings if f.code.startswith("GA4")]
+    os.remove(os.path.join(path, "assets", "vocab.txt"))  # the same graph, reading a file outside the model:
+    os.rmdir(os.path.join(path, "assets"))
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    sm = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        sm.ParseFromString(f.read())
+    del sm.meta_graphs[0].collection_def["saved_model_assets"]
+    with open(os.path.join(path, "saved_model.pb"), "wb") as f:
+        f.write(sm.SerializeToString())
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    assert [f.op.op_type for f in report.findings if f.code == "GA401"] == ["InitializeTableFromTextFileV2"]
 
 
 def test_unproven_op_blocks_execution_as_a_warning(tmp_path):

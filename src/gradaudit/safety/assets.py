@@ -42,6 +42,21 @@ def _entry(root: str, rel: str) -> Problem | None:
     return None
 
 
+def asset_defs(meta) -> list:
+    """The AssetFileDefs the loader feeds: the meta graph's, and those of the TF1 builder's
+    `saved_model_assets` collection."""
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    defs = list(meta.asset_file_def)
+    coll = meta.collection_def.get("saved_model_assets")
+    if coll is not None and coll.HasField("any_list"):
+        for packed in coll.any_list.value:
+            asset = meta_graph_pb2.AssetFileDef()
+            if packed.Unpack(asset):
+                defs.append(asset)
+    return defs
+
+
 def check(model) -> list[Problem]:
     """Problems of the model folder of a SavedModel; nothing for a traced Python target."""
     meta = getattr(model, "meta_graph", None)
@@ -49,7 +64,7 @@ def check(model) -> list[Problem]:
         return []
     root = os.path.realpath(model.path)
     problems: dict[str, Problem] = {}
-    for asset in meta.asset_file_def:
+    for asset in asset_defs(meta):
         name = asset.filename
         parts = name.replace("\\", "/").split("/")
         if os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model import OpRef
+from .assets import asset_defs
 from .op_classes import CLASSES, TF_VERSION
 
 TOP = "<graph>"
@@ -132,7 +133,7 @@ class _Provenance:
         self.calls: dict[str, list[tuple[str, object]]] = {}  # function -> (caller, call node)
         self.nodes: dict[str, dict[str, object]] = {}
         meta = getattr(model, "meta_graph", None)
-        self.asset_nodes = {_ref_node(a.tensor_info.name) for a in meta.asset_file_def} if meta else set()
+        self.asset_nodes = {_ref_node(a.tensor_info.name) for a in asset_defs(meta)} if meta else set()
         self.saver_node = _ref_node(meta.saver_def.filename_tensor_name) if meta else None
         og = getattr(model, "object_graph", None)
         self.bound: dict[str, list[int]] = (
