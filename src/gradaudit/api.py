@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from .errors import GradauditError, InternalError
 from .model import Report, Target
+from .progress import say
 
 
 # What a parsed but inconsistent graph raises inside the static pass (dangling references, missing
@@ -56,6 +57,7 @@ def _static_report(model, sig, target: Target) -> tuple[Report, object]:
     from .graph.gradients import GradientOracle
     from .paths import blocked_paths
 
+    say("static pass: gradient flow")
     try:
         analysis = analyse(model, sig, GradientOracle())
     except MALFORMED as exc:  # a protobuf that parses but does not describe a consistent graph
@@ -321,8 +323,10 @@ def _numeric_options(options: AuditOptions):
 def _run_numeric(report: Report, path: str, options: AuditOptions, key: str, analysis=None) -> None:
     from .numeric import run_numeric
 
+    say("numeric checks")
     _add_numeric(report, run_numeric(path, options.tags, key, report.sources, report.outputs, report.flow,
-                                     _numeric_options(options), analysis=analysis))
+                                     _numeric_options(options), progress=lambda m: say(f"numeric checks: {m}"),
+                                     analysis=analysis))
 
 
 def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
@@ -331,6 +335,7 @@ def _run_stability(report: Report, analysis, path: str, options: AuditOptions, k
     numeric = _numeric_options(options)
     if not options.inputs_file:  # the ladder needs no batch: one example halves its cost on large models
         numeric = replace(numeric, batch_size=1)
+    say("stability probes" + (" and second order" if options.order == 2 else ""))
     outcome = run_stability(path, options.tags, key, analysis, StabilityOptions(
         numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order))
     report.stability.extend(outcome.results)

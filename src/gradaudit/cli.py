@@ -247,7 +247,7 @@ def audit_command(models, recursive, jobs, shard, html_path, tags, signature, al
                             batch_size=batch_size, dim=dim, shapes=shapes, inputs_file=inputs_file,
                             order=order, probe_scales=probe_scales, input_specs=tuple(input_specs),
                             allow_unsafe_ops=allow_unsafe_ops, timeout=timeout, load_ops=tuple(load_ops))
-        with terminal.progress(len(paths)) as advance:
+        with terminal.progress(len(paths)) as advance, terminal.status(len(paths) == 1):
             audits = audit_models(paths, opts, all_signatures=all_signatures, jobs=jobs, debug=debug,
                                   on_done=advance)
     except GradauditError as exc:

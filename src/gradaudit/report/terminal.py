@@ -237,6 +237,20 @@ def progress(total: int) -> Iterator[Callable[..., None]]:
         yield lambda *_: bar.advance(task)
 
 
+@contextmanager
+def status(active: bool) -> Iterator[None]:
+    """For one audit: a status line on stderr naming the stage and the check under way, when stderr is a
+    terminal; nothing when it is piped or `active` is False."""
+    from ..progress import observed
+
+    con = console(stderr=True)
+    if not active or not (con.is_interactive and sys.stderr.isatty()):
+        yield
+        return
+    with con.status("gradaudit: starting", spinner="dots") as line, observed(lambda m: line.update(f"gradaudit: {m}")):
+        yield
+
+
 def _plain(print_to: Callable[[Console], None]) -> str:
     buf = io.StringIO()
     print_to(Console(file=buf, width=120, color_system=None, force_terminal=False))
