@@ -268,3 +268,63 @@ def tf1_lookup_with_asset(path: str, vocab: str) -> str:
                 assets_collection=tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS))
             builder.save()
     return path
+
+
+def _inject_write(fdef, canary: str) -> None:
+    """Append `WriteFile(canary)` to a FunctionDef, as a control output so that it runs with the function."""
+    with tf.Graph().as_default() as graph:
+        tf.io.write_file(tf.constant(canary, name="canary_name"), tf.constant("ran", name="canary_text"),
+                         name="canary_write")
+    for node in graph.as_graph_def().node:
+        if node.name == "canary_write":
+            node.input[:] = ["canary_name:output:0", "canary_text:output:0"]
+        fdef.node_def.append(node)
+    fdef.signature.control_output.append("canary_write")
+    fdef.control_ret["canary_write"] = "canary_write"
+
+
+def _tampered(path: str, canary: str, pick) -> str:
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = os.path.join(path, "saved_model.pb")
+    sm = saved_model_pb2.SavedModel()
+    with open(pb, "rb") as f:
+        sm.ParseFromString(f.read())
+    meta = sm.meta_graphs[0]
+    name = pick(meta)
+    _inject_write(next(f for f in meta.graph_def.library.function if f.signature.name == name), canary)
+    with open(pb, "wb") as f:
+        f.write(sm.SerializeToString())
+    return path
+
+
+def _table_model(path: str) -> str:
+    def call(self, x):
+        return {"y": x * self.w + tf.cast(self.table.lookup(tf.constant(["a"]))[0], tf.float32)}
+
+    table = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, -1)
+    return _save(_with_call(call, w=tf.Variable(1.0, name="w"), table=table), path)
+
+
+def restore_function_writes(path: str, canary: str) -> str:
+    """A saveable object's restore function (a MutableHashTable's) edited to write a file."""
+    def restore_fn(meta):
+        og = meta.object_graph_def
+        node = next(n for n in og.nodes if n.saveable_objects)
+        fn_node = og.nodes[next(iter(node.saveable_objects.values())).restore_function]
+        return fn_node.bare_concrete_function.concrete_function_name
+
+    return _tampered(_table_model(path), canary, restore_fn)
+
+
+def saver_restore_writes(path: str, canary: str) -> str:
+    """The saver's own restore function edited to write a file beside restoring the variables."""
+    def traced_restore(meta):
+        return next(f.signature.name for f in meta.graph_def.library.function
+                    if f.signature.name.startswith("__inference__traced_restore"))
+
+    return _tampered(_table_model(path), canary, traced_restore)
+
+
+ATTACKS["restore_function_writes"] = (restore_function_writes, Attack("WriteFile", "restore function", False))
+ATTACKS["saver_restore_writes"] = (saver_restore_writes, Attack("WriteFile", "saver's restore", False))
