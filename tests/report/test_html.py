@@ -129,3 +129,11 @@ def test_flow_cut_by_two_ops_keeps_both_in_the_title(argmax_report):
     flow = [dataclasses.replace(e, blocked_by=two) if e.status == "blocked" else e for e in argmax_report.flow]
     titles = [t for s, t in _cells(html.render(dataclasses.replace(argmax_report, flow=flow))) if s == "blocked"]
     assert all("ArgMax" in t and "Round &#39;r&#39;" in t for t in titles)
+
+
+def test_a_thousand_blocked_pairs_draw_the_first_chains_and_count_the_rest(argmax_report):
+    (path,) = [p for p in argmax_report.paths if p.source == "x"]
+    many = [dataclasses.replace(path, source=f"v{k}") for k in range(html.MAX_DRAWN + 50)]
+    page = html.render(dataclasses.replace(argmax_report, paths=many))
+    assert page.count('<details class="path"') == html.MAX_DRAWN
+    assert "50 more blocked path(s) are not drawn" in page

@@ -137,6 +137,7 @@ class ModelView:
     rules: list[RuleGroup]
     suppressed: list[Finding]
     paths: list[PathView]
+    paths_not_drawn: int  # blocked pairs past MAX_DRAWN: their cells still name the cut
     bars: list[Bar]
     ladders: list[Ladder]
 
@@ -160,6 +161,7 @@ def _cell_title(entry: FlowEntry) -> str:
     return text
 
 
+MAX_DRAWN = 200  # chains drawn per model: past that the page grows by megabytes to say the same again
 FOLD_ABOVE = 24  # sources: above this many, layers whose every pair is connected start folded
 
 
@@ -259,7 +261,7 @@ def _ladders(report: Report) -> list[Ladder]:
 
 def model_view(report: Report, index: int, fail_on: str) -> ModelView:
     mid = f"m{index}"
-    path_views = [chain(p, f"{mid}-path{k}") for k, p in enumerate(report.paths)]
+    path_views = [chain(p, f"{mid}-path{k}") for k, p in enumerate(report.paths[:MAX_DRAWN])]
     first_path: dict[tuple[str, str], str] = {}
     for p in path_views:
         first_path.setdefault((p.source, p.output), p.id)
@@ -272,6 +274,7 @@ def model_view(report: Report, index: int, fail_on: str) -> ModelView:
         header_px=min(120, 8 * max((len(o) for o in outputs), default=0) + 12),
         rules=_rule_groups([f for f in report.findings if not f.suppressed]),
         suppressed=[f for f in report.findings if f.suppressed], paths=path_views,
+        paths_not_drawn=len(report.paths) - len(path_views),
         bars=[Bar(n, _bar(n.rel_error)) for n in report.numeric], ladders=_ladders(report))
 
 
