@@ -185,3 +185,24 @@ def test_dark_scheme_and_screenshots(browser, report_file):
     finally:
         light.close()
         dark.close()
+
+
+def test_changes_since_a_baseline_as_a_section(browser, tmp_path, stop_report):
+    import dataclasses
+
+    from gradaudit.diff import compare
+
+    before = dataclasses.replace(stop_report, flow=[dataclasses.replace(e, status="connected", blocked_by=())
+                                                    for e in stop_report.flow], findings=[])
+    path = tmp_path / "changes.html"
+    path.write_text(html.page([stop_report], "error", (), compare([before], [stop_report], "base.json", "this run")))
+    p = Page(browser, path)
+    try:
+        assert p.errors == []
+        assert p.page.locator("#verdict").inner_text() == "fail"
+        lost = p.page.locator("#changes tr.lost-pair")
+        assert sorted(lost.nth(k).get_attribute("data-source") for k in range(lost.count())) == ["w1", "x"]
+        assert "StopGradient" in lost.first.inner_text() and "lost its gradient" in lost.first.inner_text()
+        assert p.page.locator("#changes li.finding-new").inner_text().startswith("new finding GA106")
+    finally:
+        p.close()
