@@ -6,7 +6,11 @@
 2. A small model with seed 001's custom log1pexp, correct and wrong by 1e-4 and 1e-6: the verdicts and
    time of `run_numeric` against `tf.test.compute_gradient` with its default step, in float32.
 
-    python bench/bench_numeric.py [--repeat N] [--json FILE] [--whole-audit] [--skip-resnet]
+3. Sensitivity and false failures over seeds (--seeds N): whole default audits (numeric checks, probes
+   and their probe-point checks) of healthy and broken models, one audit per seed; a false failure is a
+   gradient-mismatch on a healthy model, sensitivity the share of seeds that fail a broken one.
+
+    python bench/bench_numeric.py [--repeat N] [--json FILE] [--whole-audit] [--skip-resnet] [--seeds N]
 
 Each process is timed from the parent, so interpreter start-up counts on both sides; with --repeat N the
 fastest of N runs is kept on each side.
@@ -80,6 +84,64 @@ print(json.dumps({"max_abs_error": error, "max_rel_error": error / float(np.max(
 """
 
 
+BUILD_SEEDED = """
+import sys, builders
+out = sys.argv[1]
+builders.custom_mlp(f"{out}/healthy_custom_mlp", 0.0)
+builders.wrong_above_two(f"{out}/healthy_softplus_custom", 1.0)
+builders.keras_text(f"{out}/healthy_text_masked", True)
+builders.keras_text(f"{out}/healthy_text", False)
+builders.softmax_xent(f"{out}/healthy_softmax_xent")
+builders.keras_cnn(f"{out}/healthy_keras_cnn")
+builders.custom_mlp(f"{out}/broken_custom_mlp_1e-4", 1e-4)
+builders.custom_mlp(f"{out}/broken_custom_mlp_1e-6", 1e-6)
+builders.wrong_above_two(f"{out}/broken_wrong_above_two", 0.5)
+"""
+
+SEEDED = """
+import json, sys, time
+from gradaudit import audit
+for path in sys.argv[2:]:
+    for seed in range(int(sys.argv[1])):
+        start = time.perf_counter()
+        r = audit(path, seed=seed)
+        print(json.dumps({"model": path, "seed": seed, "seconds": time.perf_counter() - start,
+                          "verdict": r.verdict(),
+                          "mismatch": any(f.rule == "gradient-mismatch" and f.severity.value == "error"
+                                          for f in r.findings),
+                          "statuses": sorted({n.status for n in r.numeric})}), flush=True)
+"""
+
+
+def seeded(tmp: str, seeds: int) -> dict:
+    print(f"sensitivity and false failures over {seeds} seeds ...", file=sys.stderr)
+    timed(BUILD_SEEDED, tmp)
+    paths = sorted(str(p) for p in Path(tmp).iterdir() if p.name.startswith(("healthy_", "broken_")))
+    thirdparty = ROOT / "sample_models" / "thirdparty"
+    paths += [str(thirdparty / n) for n in ("jax_custom_vjp_ok", "jax_custom_vjp_wrong", "jax_custom_vjp_wrong_x_gt_2")
+              if (thirdparty / n / "saved_model.pb").exists()]
+    command = [sys.executable, "-c", SEEDED, str(seeds), *paths]
+    done = subprocess.run(command, env=ENV, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"subprocess failed:\n{done.stderr[-3000:]}")
+    rows: dict[str, dict] = {}
+    for line in done.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        item = json.loads(line)
+        name = Path(item["model"]).name
+        row = rows.setdefault(name, {"healthy": not ("broken" in name or "wrong" in name), "seeds": 0,
+                                     "mismatch": 0, "fail": 0, "seconds": 0.0, "statuses": set()})
+        row["seeds"] += 1
+        row["mismatch"] += item["mismatch"]
+        row["fail"] += item["verdict"] == "fail"
+        row["seconds"] += item["seconds"]
+        row["statuses"] |= set(item["statuses"])
+    for row in rows.values():
+        row["statuses"] = sorted(row["statuses"])
+    return rows
+
+
 def timed(script: str, *args: str, module: bool = False, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
     command = [sys.executable, "-m" if module else "-c", script, *args]
     start = time.perf_counter()
@@ -143,11 +205,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--skip-resnet", action="store_true")
+    parser.add_argument("--seeds", type=int, default=0,
+                        help="also measure sensitivity and false failures over this many seeds (whole audits)")
+    parser.add_argument("--skip-small", action="store_true", help="skip the float64/float32/compute_gradient table")
     parser.add_argument("--whole-audit", action="store_true",
                         help="also time `gradaudit audit` with every default pass (static, numeric, stability)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gradaudit-bench-") as tmp:
-        report = {"small": small(tmp)}
+        report: dict = {"small": {} if args.skip_small else small(tmp)}
+        if args.seeds:
+            report["seeds"] = seeded(tmp, args.seeds)
         if not args.skip_resnet:
             report["resnet50"] = resnet(tmp, args.repeat, args.whole_audit)
     if "resnet50" in report:
@@ -169,6 +236,19 @@ def main() -> None:
                 print(f"  {label:26s} {data['process_s']:5.1f} s  ({data['seconds']:.2f} s in the call)  "
                       f"{data['verdict']}  max|J_autodiff - J_numeric| = {data['max_abs_error']:.2e} "
                       f"(relative {data['max_rel_error']:.1e})")
+    if "seeds" in report:
+        rows = report["seeds"]
+        print(f"Over {args.seeds} seeds (whole default audits):")
+        for name, row in sorted(rows.items(), key=lambda kv: (not kv[1]["healthy"], kv[0])):
+            kind = "healthy" if row["healthy"] else "broken "
+            print(f"  {kind} {name:32s} gradient-mismatch in {row['mismatch']}/{row['seeds']} seeds, verdict fail "
+                  f"in {row['fail']}/{row['seeds']}, {row['seconds'] / row['seeds']:.1f} s/audit, "
+                  f"numeric statuses {row['statuses']}")
+        healthy = [r for r in rows.values() if r["healthy"]]
+        broken = [r for r in rows.values() if not r["healthy"]]
+        print(f"  false failures: {sum(r['mismatch'] for r in healthy)}/{sum(r['seeds'] for r in healthy)} healthy "
+              f"audits; sensitivity: {sum(r['mismatch'] for r in broken)}/{sum(r['seeds'] for r in broken)} broken "
+              "audits caught")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 

@@ -134,7 +134,7 @@ def run_session(model_dir: str, tags: tuple[str, ...], signature: str, sources: 
                 return _with_precision(outcome, "float64 copy of the model", notes)
             except _Float64Failed as exc:
                 blockers = [str(exc)]
-        why = f"the float64 copy cannot run ({'; '.join(blockers)}): the model's own precision"
+        why = f"the model's own precision: {'; '.join(blockers)}"
         notes.append(f"Float64 evaluation is not possible ({'; '.join(blockers)}): checked in "
                      f"{plan.native} with tolerances from the measured noise.")
     outcome = _load_and_check(info, tags, plan, point, options, False, progress)

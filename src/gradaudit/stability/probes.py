@@ -191,6 +191,22 @@ class Prober:
                                   f"({describe(exc)}): every non-finite value is reported.")
         return bool(self._f64)
 
+    def _float64_gradients(self, point: dict[str, np.ndarray], output: str):
+        """`gradients` of the float64 copy, None without one; a copy that loads but cannot run (a compiled
+        XlaCallModule fixed to float32) is dropped, whatever the error, and the probes go on without it."""
+        from ..numeric.runner import ModelError
+
+        if not self.float64():
+            return None
+        try:
+            return self.gradients(point, output, f64=True)
+        except ModelError as exc:
+            self._f64.close()
+            self._f64 = False
+            self.notes.append(f"The float64 copy for the stability probes cannot run ({exc}): every non-finite "
+                              "value is reported.")
+            return None
+
     def point(self, config: tuple[str, ...], scale: float, sign: int) -> dict[str, np.ndarray]:
         p = dict(self.base)
         for n in config:
@@ -229,7 +245,7 @@ class Prober:
         def float64_at(o: str):
             """(outputs, gradients) of the float64 copy at this point, None without one; once per output."""
             if o not in exact:
-                exact[o] = self.gradients(point, o, f64=True) if self.float64() else None
+                exact[o] = self._float64_gradients(point, o)
             return exact[o]
 
         seen: dict[tuple[str, str], Observation] = {}

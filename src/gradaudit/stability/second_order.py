@@ -92,7 +92,17 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
     from ..numeric import sweep
 
     plan = prober.plan
+    from ..numeric.runner import ModelError
+
     use64 = prober.float64()
+    why = "float64 copy of the model"
+    if use64:
+        try:  # a copy that loads may still not run (XlaCallModule): then the model's own precision
+            prober.gradients(prober.base, None, True)
+        except ModelError as exc:
+            use64, why = False, f"the float64 copy cannot run ({exc}): the model's own precision"
+    else:
+        why = "the float64 copy cannot be made (see the notes): the model's own precision"
     runner = prober.runner(None, use64)
     dtype = "float64" if use64 else plan.native
     eps = EPS[dtype]
@@ -168,7 +178,7 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
             status, reason = "inconclusive", (f"{LABEL}: the difference quotients of the gradient do not settle "
                                               f"(error bound {est.rel_bound:.1e} relative)")
         outcome.results.append(NumericResult(label, shown, status, rel if np.isfinite(rel) else None, est.step,
-                                             dtype, est.evaluations + 1, reason))
+                                             dtype, est.evaluations + 1, reason, precision_reason=why))
     for reason, (names, outs) in unavailable.items():
         outputs = tuple(sorted(outs))
         outcome.findings.append(rules.SecondOrderUnavailable.finding(
