@@ -30,7 +30,7 @@ def test_module_file_and_concrete_function_targets(target):
     assert {s.name for s in r.sources} == {"x", "w"}
     assert flow(r, "x", "cls").status == "blocked" and flow(r, "w", "probs").status == "connected"
     assert [f.rule for f in r.findings] == ["zero-gradient"]
-    jsonschema.validate(json.loads(r.to_json()), json_report.schema())
+    jsonschema.validate(json.loads(gradaudit.to_json(r)), json_report.schema())
 
 
 def test_objects_directly():

@@ -1,16 +1,18 @@
 """gradaudit: can this TensorFlow model really be differentiated, and where and why not."""
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from . import testing
+from .api import AuditOptions, audit
+from .errors import GradauditError, InternalError
+from .model import Finding, FlowEntry, NumericResult, Report, Severity, Source
+from .version import __version__
 
-try:
-    __version__ = _version("gradaudit")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0+src"
 
-from .api import AuditOptions, audit  # noqa: E402
-from .errors import GradauditError  # noqa: E402
-from . import testing  # noqa: E402
-from .model import Finding, FlowEntry, NumericResult, Report, Severity, Source  # noqa: E402
+def to_json(report: Report, fail_on: str | None = None) -> str:
+    """The same JSON document the CLI writes with --format json (schema_version 1)."""
+    from .report.json_report import render
 
-__all__ = ["AuditOptions", "Finding", "FlowEntry", "GradauditError", "NumericResult", "Report",
-           "Severity", "Source", "__version__", "audit", "testing"]
+    return render(report, fail_on or report.fail_on)
+
+
+__all__ = ["AuditOptions", "Finding", "FlowEntry", "GradauditError", "InternalError", "NumericResult", "Report",
+           "Severity", "Source", "__version__", "audit", "testing", "to_json"]

@@ -45,7 +45,7 @@ class DefaultGroup(click.Group):
 
 
 def _version() -> str:
-    from . import __version__
+    from .version import __version__
     from .batch import import_tensorflow_quietly
 
     import_tensorflow_quietly()

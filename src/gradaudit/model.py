@@ -252,11 +252,6 @@ class Report:
         """Whether this report makes the run exit 1: a failure, or an incomplete audit (unless `never`)."""
         return (fail_on or self.fail_on) != "never" and self.verdict(fail_on) != "pass"
 
-    def to_json(self, fail_on: str | None = None) -> str:
-        """The same JSON document the CLI writes with --format json."""
-        from .report.json_report import render
-
-        return render(self, fail_on or self.fail_on)
 
 
 def combined_verdict(reports, fail_on: str = "error", failed: bool = False) -> str:

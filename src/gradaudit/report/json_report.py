@@ -15,7 +15,7 @@ SCHEMA_VERSION = 1
 
 
 def tool_info() -> dict[str, str]:
-    from .. import __version__
+    from ..version import __version__
 
     try:
         import tensorflow as tf
