@@ -207,6 +207,8 @@ def _function_names(node, library) -> list[str]:
     gradient = node.attr["_gradient_op_type"].s.decode(errors="replace") if "_gradient_op_type" in node.attr else ""
     if gradient in library.registered_gradients:  # a saved custom gradient runs when gradients are taken
         names.append(library.registered_gradients[gradient])
+    # a legacy (Defun) gradient function of a called function
+    names += [library.function_gradients[n] for n in list(names) if n in library.function_gradients]
     return names
 
 
