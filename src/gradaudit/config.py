@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

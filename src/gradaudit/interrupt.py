@@ -14,7 +14,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 GRACE_SECONDS = 3.0
 

@@ -12,7 +12,8 @@ import signal
 import sys
 import tempfile
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class Timeout(Exception):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import xml.etree.ElementTree as ET
 
 import pytest

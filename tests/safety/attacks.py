@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-
 SPEC = tf.TensorSpec([None], tf.float32, name="x")
 SAVE = tf.saved_model.SaveOptions(experimental_custom_gradients=True)
 
