@@ -175,3 +175,29 @@ def test_mismatch_without_custom_gradient_names_the_ops_to_look_at(audit_of, tmp
     f = found[0]
     assert f.op is not None and f.op.op_type == "SoftmaxCrossEntropyWithLogits"
     assert "no saved custom gradient" in f.message and "custom gradient" not in f.fix.split(":")[1]
+
+
+def test_ids_gathered_from_a_variable_and_other_integers(tmp_path):
+    """tf.gather on a tf.Variable is a ResourceGather: its rows bound the ids; an integer used as a number
+    gets small positive values, one used as an index into a table of unknown size gets 0."""
+    import tensorflow as tf
+
+    from helpers import save_module
+
+    class M(tf.Module):
+        def __init__(self):
+            self.table = tf.Variable(np.ones((7, 3), "float32"), name="table")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.int64, name="ids"),
+                                      tf.TensorSpec([None], tf.int32, name="count"),
+                                      tf.TensorSpec([None, 3], tf.float32, name="x"),
+                                      tf.TensorSpec([None], tf.int32, name="pick")])
+        def __call__(self, ids, count, x, pick):
+            rows = tf.gather(self.table, ids)
+            picked = tf.gather(x, pick, axis=1)
+            return {"y": tf.reduce_sum(rows, axis=1) * tf.cast(count, tf.float32)[:, None] + picked[:, None]}
+
+    d = domains_of(save_module(M(), str(tmp_path / "gather"))).inputs
+    assert (d["ids"].kind, d["ids"].high, d["ids"].padded) == ("ids", 7, False)
+    assert d["ids"].op.op_type == "ResourceGather"
+    assert d["count"].kind == "count" and d["pick"].kind == "index"
