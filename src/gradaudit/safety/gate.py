@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..model import OpRef
 from .assets import asset_defs
@@ -130,8 +131,8 @@ class _Provenance:
 
     def __init__(self, model):
         self.model = model
-        self.calls: dict[str, list[tuple[str, object]]] = {}  # function -> (caller, call node)
-        self.nodes: dict[str, dict[str, object]] = {}
+        self.calls: dict[str, list[tuple[str, Any]]] = {}  # function -> (caller, call NodeDef)
+        self.nodes: dict[str, dict[str, Any]] = {}
         meta = getattr(model, "meta_graph", None)
         self.asset_nodes = {_ref_node(a.tensor_info.name) for a in asset_defs(meta)} if meta else set()
         self.saver_node = _ref_node(meta.saver_def.filename_tensor_name) if meta else None
