@@ -12,16 +12,8 @@ from typing import Callable, Sequence
 
 from .api import AuditOptions, audit, audit_saved_model, signature_keys
 from .errors import GradauditError, InternalError
-from .model import Report
+from .model import AuditFailure, Report
 from .report.common import GRAPH_FILES
-
-
-@dataclass(frozen=True)
-class AuditFailure:
-    """A model that could not be audited: a load, usage or internal error (exit code 2)."""
-
-    path: str
-    error: str
 
 
 @dataclass(frozen=True)

@@ -195,6 +195,14 @@ class Target:
     tags: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class AuditFailure:
+    """A model that could not be audited: a load, usage or internal error (exit code 2)."""
+
+    path: str
+    error: str
+
+
 @dataclass
 class Report:
     target: Target

@@ -11,7 +11,7 @@ from ..model import Report
 from . import github, html, json_report, junit, markdown, sarif, terminal
 
 if TYPE_CHECKING:
-    from ..batch import AuditFailure
+    from ..model import AuditFailure
 
 Reporter = Callable[[Report, str], str]
 ManyReporter = Callable[[Sequence[Report], str, Sequence["AuditFailure"]], str]

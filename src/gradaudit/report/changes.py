@@ -10,7 +10,7 @@ from ..model import Report
 from .json_report import SCHEMA_VERSION, tool_info
 
 if TYPE_CHECKING:
-    from ..batch import AuditFailure
+    from ..model import AuditFailure
 
 
 def _cuts(p: PairChange) -> str:

@@ -9,7 +9,7 @@ from ..model import Finding, Report, Severity
 from .common import display_path, graph_file, model_label, visible, with_fix
 
 if TYPE_CHECKING:
-    from ..batch import AuditFailure
+    from ..model import AuditFailure
 
 COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 

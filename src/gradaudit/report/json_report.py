@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ..model import Report, combined_verdict
 
 if TYPE_CHECKING:
-    from ..batch import AuditFailure
+    from ..model import AuditFailure
 
 SCHEMA_VERSION = 1
 

@@ -10,7 +10,7 @@ from ..model import Finding, Report
 from .common import concerns, display_path, fails, graph_file, model_label, visible, where
 
 if TYPE_CHECKING:
-    from ..batch import AuditFailure
+    from ..model import AuditFailure
 
 _OUTCOMES = ("failure", "error", "skipped")
 

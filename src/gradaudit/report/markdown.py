@@ -12,7 +12,7 @@ from .common import display_path, model_label, visible
 from .terminal import MAX_ROWS
 
 if TYPE_CHECKING:
-    from ..batch import AuditFailure
+    from ..model import AuditFailure
 
 _MARK = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~])")

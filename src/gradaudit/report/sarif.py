@@ -16,7 +16,7 @@ from .common import display_path, graph_file, with_fix
 from .json_report import tool_info
 
 if TYPE_CHECKING:
-    from ..batch import AuditFailure
+    from ..model import AuditFailure
 
 SARIF_VERSION = "2.1.0"
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"

@@ -18,7 +18,7 @@ from ..model import FlowEntry, Report, Severity
 from .common import display_path, model_label, visible
 
 if TYPE_CHECKING:
-    from ..batch import AuditFailure
+    from ..model import AuditFailure
 
 MAX_ROWS = 24  # above this many variables, rows whose flow is all-connected are summarised
 _SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
