@@ -38,7 +38,7 @@ class AuditOptions:
 
 def _rules_check(analysis, report: Report) -> list:
     """Every static rule family; a rule that raises is gradaudit's bug, not the model's."""
-    from .rules import STATIC_CHECKS
+    from .static import STATIC_CHECKS
 
     findings = []
     for check in STATIC_CHECKS:
@@ -126,8 +126,8 @@ def _may_execute(report: Report, options: AuditOptions) -> bool:
         return False
     blocking = sorted({f.code for f in report.findings if get_rule(f.rule).blocks_execution})
     if not options.allow_unsafe_ops and blocking:
-        report.notes.append(f"numeric checks and probes skipped: ops or files not proven safe ({', '.join(blocking)}); "
-                            "--allow-unsafe-ops runs them anyway")
+        report.incomplete.append(f"numeric checks and probes did not run: ops or files not proven safe "
+                                 f"({', '.join(blocking)}); --allow-unsafe-ops runs them anyway")
         return False
     return True
 

@@ -111,6 +111,7 @@ def test_unproven_op_blocks_execution_as_a_warning(tmp_path):
     unproven = [f for f in report.findings if f.rule == "unproven-op"]
     assert {f.op.op_type for f in unproven} >= {"QueueEnqueueV2", "QueueDequeueV2"}
     assert {f.severity.value for f in unproven} == {"warning"} and not report.numeric
+    assert report.verdict("error") == "incomplete"  # the checks that did not run are said, not a pass
 
 
 def test_an_op_this_tensorflow_does_not_know_is_not_proven_safe(tmp_path):
