@@ -38,7 +38,7 @@ class AuditOptions:
 
 def _rules_check(analysis, report: Report) -> list:
     """Every static rule family; a rule that raises is gradaudit's bug, not the model's."""
-    from .static import STATIC_CHECKS
+    from .rules import STATIC_CHECKS
 
     findings = []
     for check in STATIC_CHECKS:
