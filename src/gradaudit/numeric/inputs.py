@@ -29,6 +29,20 @@ def _shape(name: str, spec: Any, batch_size: int, dim: int,
     return tuple(d if d is not None else (batch_size if i == 0 else dim) for i, d in enumerate(known))
 
 
+def _distribution(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Rows (last axis) of positive multiples of 1/n, n a power of two, summing to exactly 1 in any float
+    precision: a float32 row that sums to 1 only up to rounding is not a distribution in the float64 copy,
+    and the registered gradient of a softmax cross-entropy then differs from its derivative by that much."""
+    classes = shape[-1]
+    n = 1 << max(3, int(np.ceil(np.log2(4 * max(classes, 1)))))
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    out = np.empty((rows, classes))
+    for r in range(rows):
+        cuts = np.sort(rng.choice(np.arange(1, n), size=classes - 1, replace=False))
+        out[r] = np.diff(np.concatenate([[0], cuts, [n]])) / n
+    return out.reshape(shape)
+
+
 def _read(inputs_file: str | None) -> dict[str, np.ndarray]:
     if not inputs_file:
         return {}
@@ -80,8 +94,7 @@ def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int
         domain = domains.inputs.get(name)
         if spec.dtype.is_floating or spec.dtype.is_complex:
             if domain is not None and domain.kind == "distribution" and len(shape) >= 1:
-                rows = rng.random(shape) + 0.05
-                arrays[name] = (rows / rows.sum(axis=-1, keepdims=True)).astype(np_dtype)
+                arrays[name] = _distribution(rng, shape).astype(np_dtype)
             else:
                 arrays[name] = rng.standard_normal(shape).astype(np_dtype)
         elif spec.dtype.is_bool:

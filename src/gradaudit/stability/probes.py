@@ -278,7 +278,7 @@ class Prober:
         settings = Settings(dtype=self.plan.native, upcast=False, eps=eps, ladder=ladder_for(eps, False),
                             floor=FLOOR_ULPS * eps, resolution=RESOLUTION, op_types=self.info.op_types,
                             custom_gradients=self.info.custom_gradients, domains=self.plan.domains,
-                            given=self.given)
+                            given=self.given, strict=True)
         runner = self.runner()
         checker = Checker(runner, settings, np.random.default_rng([self.seed, 5, int(scale * 1e3), sign + 1]))
         checker.base_outputs = out
