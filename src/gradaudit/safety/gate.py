@@ -225,7 +225,8 @@ def _judge(node, library, cls: str | None, saver: bool, where: str, prov: _Prove
     if cls is None:
         if library.op_def(op) is None:
             return "unknown", "is not an op this TensorFlow knows"
-        return "unproven", f"is not classified for TensorFlow {TF_VERSION} (run python -m gradaudit.safety.generate)"
+        return "unproven", (f"is not on the reviewed list of pure computation (a custom op, or one newer than "
+                            f"TensorFlow {TF_VERSION})")
     data = [i for i in node.input if not i.startswith("^")]
     if op == "PrintV2":
         stream = _attr_text(node, "output_stream")
