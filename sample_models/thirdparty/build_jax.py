@@ -78,11 +78,19 @@ def act_model(params, x, act=_softplus):
     return act(x) @ params["w"] + params["b"]
 
 
+def embed_model(params, ids, x):
+    """Token-id lookup into a trainable table, mean over the sequence, scaled by x, then a projection."""
+    e = params["table"][ids]  # [b, 5, 4]
+    return jnp.tanh(e.mean(axis=1) * x) @ params["w"]
+
+
 def _params(kind):
     rng = np.random.default_rng(42)
     f = lambda *s: rng.normal(0.0, 0.5, size=s).astype(np.float32)  # noqa: E731
     if kind == "mlp":
         return {"w1": f(4, 8), "b1": f(8), "w2": f(8, 2), "b2": f(2)}
+    if kind == "emb":
+        return {"table": f(20, 4), "w": f(4, 2)}
     return {"w": f(4, 2), "b": f(2)}
 
 
@@ -102,6 +110,9 @@ MODELS = {
                                     lambda rng: rng.normal(0.0, 2.0, size=(BATCH, 4)),
                                     "softplus whose jax.custom_vjp halves the derivative where x > 2"),
 }
+
+
+EMBEDDING = "jax_embedding"  # (params, ids, x): its own signature, built by _export_embedding
 
 
 # ------------------------------------------------------------------------------------------------
@@ -124,6 +135,41 @@ def _export(name, export_dir):
     module.serve = serve
     tf.saved_model.save(module, export_dir,
                         signatures={"serving_default": serve.get_concrete_function()}, options=_SAVE)
+
+
+def _export_embedding(export_dir):
+    """jax2tf model with an int32 ``ids`` input next to a float ``x``.
+
+    JAX's VJP gives integer arguments a float0 cotangent; jax2tf saves it as a **bool** zeros tensor, so
+    the saved gradient function returns a tensor (dtype bool) for the int32 input instead of None:
+    output_signature [None, table: float32, w: float32, ids: bool, x: float32].
+    """
+    module = tf.Module()
+    module.params = {k: tf.Variable(v, name=f"emb/{k}") for k, v in _params("emb").items()}
+    converted = jax2tf.convert(embed_model, with_gradient=True,
+                               polymorphic_shapes=[None, "(b, 5)", "(b, 4)"])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.int32, name="ids"),
+                                  tf.TensorSpec([None, 4], tf.float32, name="x")], autograph=False)
+    def serve(ids, x):
+        return {"y": converted(module.params, ids, x)}
+
+    module.serve = serve
+    tf.saved_model.save(module, export_dir,
+                        signatures={"serving_default": serve.get_concrete_function()}, options=_SAVE)
+
+
+def build_embedding(out_dir=HERE):
+    path = os.path.join(out_dir, EMBEDDING)
+    _export_embedding(path)
+    rng = np.random.default_rng(8)
+    ids = rng.integers(0, 20, size=(BATCH, 5)).astype(np.int32)
+    x = rng.normal(size=(BATCH, 4)).astype(np.float32)
+    doc = write_truth(path, {"serving_default": {"ids": (ids, "token ids in [0, 20)"),
+                                                 "x": (x, "real, N(0, 1)")}},
+                      LIBRARY, os.path.basename(__file__),
+                      notes="jax2tf embedding lookup: the saved gradient returns a bool tensor for int32 ids")
+    return path, doc
 
 
 def _gradient_error(name, export_dir, x):
@@ -172,6 +218,10 @@ def build(name, out_dir=HERE):
 
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else HERE
-    for n in (sys.argv[2:] or MODELS):
+    for n in (sys.argv[2:] or list(MODELS) + [EMBEDDING]):
+        if n == EMBEDDING:
+            p, d = build_embedding(out)
+            print(p, table(d))
+            continue
         p, d = build(n, out)
         print(p, table(d), d["gradient_error"]["y"])
