@@ -141,3 +141,24 @@ def test_an_op_this_tensorflow_does_not_know_is_not_proven_safe(tmp_path):
     report = audit_saved_model(path, AuditOptions(static_only=True))
     found = [f for f in report.findings if f.rule == "unproven-op"]
     assert [f.op.op_type for f in found] == ["GradauditNoSuchOp"] and "not an op this TensorFlow knows" in found[0].message
+
+
+def test_special_files_and_symlinks_leaving_the_folder_are_found_without_opening_them(tmp_path):
+    from .attacks import _table_model
+
+    path = _table_model(str(tmp_path / "special"))
+    os.mkfifo(os.path.join(path, "variables", "extra.fifo"))  # opening it would block the loader forever
+    os.symlink("/etc", os.path.join(path, "assets.extra"))
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    named = {f.op.op_name: f.message for f in report.findings if f.rule == "unsafe-asset"}
+    assert set(named) == {"variables/extra.fifo", "assets.extra"}
+    assert "not a regular file" in named["variables/extra.fifo"] and "/etc" in named["assets.extra"]
+
+
+def test_links_the_loader_does_not_follow_are_not_findings(tmp_path):
+    from .attacks import _table_model
+
+    path = _table_model(str(tmp_path / "linked"))
+    os.symlink("/etc/hostname", os.path.join(path, "README"))  # beside the model, never read by the loader
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    assert not [f for f in report.findings if f.rule == "unsafe-asset"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 # The parts of a SavedModel folder the loader (and gradaudit's float64 copy) reads.
 READ_FOLDERS = ("assets", "assets.extra", "variables")
+READ_FILES = ("saved_model.pb", "saved_model.pbtxt", "fingerprint.pb", "keras_metadata.pb")
 MAX_ENTRIES = 100_000  # a folder holding more is not walked further; the entries seen so far are checked
 
 
@@ -77,16 +78,19 @@ def check(model) -> list[Problem]:
         if found is not None:
             problems[found.name] = found
     seen = 0
-    for top in ["."] + [f for f in READ_FOLDERS if os.path.isdir(os.path.join(root, f))]:
+    for name in READ_FILES + READ_FOLDERS:  # what the loader opens at the top level, links included
+        found = _entry(root, name) if os.path.lexists(os.path.join(root, name)) else None
+        if found is not None:
+            problems.setdefault(found.name, found)
+    for top in READ_FOLDERS:  # a symlinked folder is reported above, not walked
+        if not os.path.isdir(os.path.join(root, top)) or os.path.islink(os.path.join(root, top)):
+            continue
         for folder, dirs, files in os.walk(os.path.join(root, top)):
-            if top == ".":
-                dirs[:] = []  # the top level only: subfolders other than READ_FOLDERS are not read
             for name in dirs + files:
                 seen += 1
                 if seen > MAX_ENTRIES:
                     return list(problems.values())
-                rel = os.path.relpath(os.path.join(folder, name), root)
-                found = _entry(root, rel)
+                found = _entry(root, os.path.relpath(os.path.join(folder, name), root))
                 if found is not None:
                     problems.setdefault(found.name, found)
     return list(problems.values())
