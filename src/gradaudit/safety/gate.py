@@ -117,11 +117,11 @@ def _object_graph_roots(model) -> list[_Root]:
         for key, saveable in node.saveable_objects.items():
             named += [(f"{key} save function", saveable.save_function),
                       (f"{key} restore function", saveable.restore_function)]
+        owner = "a resource's" if node.WhichOneof("kind") == "resource" else "a saved object's"
         for local, node_id in named:
             for fname in _concrete_names(model, node_id):
                 if fname in model.library.functions:
-                    out.append(_Root(f"a resource's {local}", fname,
-                                     tuple(model.library.functions[fname].node_def)))
+                    out.append(_Root(f"{owner} {local}", fname, tuple(model.library.functions[fname].node_def)))
     return out
 
 
