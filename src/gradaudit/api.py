@@ -38,7 +38,7 @@ class AuditOptions:
 
 def _rules_check(analysis, report: Report) -> list:
     """Every static rule family; a rule that raises is gradaudit's bug, not the model's."""
-    from .rules import STATIC_CHECKS
+    from .static import STATIC_CHECKS
 
     findings = []
     for check in STATIC_CHECKS:
@@ -234,12 +234,6 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
     return _finish(report)
 
 
-# gradient-mismatch: the probes also check the gradient at the probe points (numeric checks of the copy
-# do not run)
-_STABILITY_RULES = {"unstable-gradient", "nonfinite-forward", "second-order-mismatch", "second-order-unavailable",
-                    "gradient-mismatch"}
-
-
 def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
     """Stability probes and --order 2 run on a SavedModel: the traced function is saved to a temporary
     folder (with its custom gradients) and probed there; results come back under this report's names."""
@@ -247,6 +241,7 @@ def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
 
     import tensorflow as tf
 
+    from .rules import get_rule
     from .targets.saved_model import SavedModelFile
 
     with tempfile.TemporaryDirectory(prefix="gradaudit-traced-") as tmp:
@@ -282,7 +277,9 @@ def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
                  if f.op and f.code.startswith("GA30") and f.severity.value != "warning"}
     report.findings[:] = [renamed(confirmed[f.rule, f.op.op_name]) if f.op and (f.rule, f.op.op_name) in confirmed
                           else f for f in report.findings]
-    report.findings.extend(renamed(f) for f in copy.findings if f.rule in _STABILITY_RULES)
+    # what the probes found on the copy (they also check the gradient at the probe points); the copy's own
+    # numeric checks do not run
+    report.findings.extend(renamed(f) for f in copy.findings if get_rule(f.rule).probes)
     report.notes.extend(n for n in copy.notes if n.startswith(("Stability", "stability")))
     report.incomplete.extend(line for line in copy.incomplete if line.startswith("stability"))
 

@@ -10,9 +10,6 @@ from . import safety as _safety
 
 ALL_RULES: tuple[Rule, ...] = (*_flow.RULES, *_numeric.RULES, *_hazards.RULES, *_safety.RULES)
 
-# Static checks run on a finished StaticAnalysis (flow.py), each returning findings.
-STATIC_CHECKS = (_flow.check, _safety.check, _hazards.check)
-
 _BY_KEY = {r.code.lower(): r for r in ALL_RULES} | {r.slug: r for r in ALL_RULES}
 
 
@@ -21,4 +18,4 @@ def get_rule(code_or_slug: str) -> Rule:
     return _BY_KEY[code_or_slug.strip().lower()]
 
 
-__all__ = ["ALL_RULES", "DOC_SECTIONS", "STATIC_CHECKS", "Rule", "get_rule"]
+__all__ = ["ALL_RULES", "DOC_SECTIONS", "Rule", "get_rule"]

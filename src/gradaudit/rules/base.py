@@ -19,6 +19,12 @@ class Rule:
     doc: str
     fix: str  # the default fix hint a finding carries
     blocks_execution: bool = False  # a finding of this rule: nothing of the model runs without --allow-unsafe-ops
+    # its findings name an op that cuts gradient paths on purpose or already reported, so a numeric mismatch on
+    # that pair is what the cut does (a custom gradient is not one: it is what the numeric checks test)
+    cuts: bool = False
+    # the severity of a cut found only on a path of a pair that other paths still connect (None: as always)
+    partial_severity: Severity | None = None
+    probes: bool = False  # the stability probes or second-order checks find it (on a probed copy too)
 
     def finding(
         self,
@@ -42,13 +48,18 @@ class Rule:
         )
 
 
-def rule(code: str, slug: str, severity: Severity, fix: str, blocks_execution: bool = False):
-    """Class decorator: the class docstring is the rule's documentation, its first line the summary."""
+def define(code: str, slug: str, severity: Severity, *, fix: str, doc: str, **attributes) -> Rule:
+    """A rule as plain data: `doc` (sections What it does, Why is this bad?, Example, Use instead) is what
+    `gradaudit explain` prints, its first line the summary; `attributes` are the Rule's properties."""
+    text = inspect.cleandoc(doc)
+    return Rule(code=code, slug=slug, severity=severity, summary=text.splitlines()[0] if text else slug,
+                doc=text, fix=fix, **attributes)
+
+
+def rule(code: str, slug: str, severity: Severity, fix: str, **attributes):
+    """Class decorator (the older spelling of `define`): the class docstring is the rule's documentation."""
 
     def make(cls: type) -> Rule:
-        doc = inspect.cleandoc(cls.__doc__ or "")
-        return Rule(code=code, slug=slug, severity=severity,
-                    summary=doc.splitlines()[0] if doc else slug, doc=doc, fix=fix,
-                    blocks_execution=blocks_execution)
+        return define(code, slug, severity, fix=fix, doc=cls.__doc__ or "", **attributes)
 
     return make

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from ..model import Severity
-from .base import Rule, rule
+from .base import Rule, define
 
 
-@rule("GA101", "no-gradient", Severity.ERROR,
-      fix="Register a gradient for this op type (tf.RegisterGradient), wrap the computation in "
-          "tf.custom_gradient, or replace the op with differentiable TensorFlow ops.")
-class NoGradient:
-    """An op with no registered gradient lies on a path from a source to an output.
+NoGradient = define(
+    "GA101", "no-gradient", Severity.ERROR,
+    fix="Register a gradient for this op type (tf.RegisterGradient), wrap the computation in "
+        "tf.custom_gradient, or replace the op with differentiable TensorFlow ops.",
+    cuts=True,
+    doc="""An op with no registered gradient lies on a path from a source to an output.
 
     ## What it does
     Finds ops whose type has no entry in TensorFlow's gradient registry (differentiating
@@ -32,14 +33,16 @@ class NoGradient:
     y = tf.math.floormod(x, 3.0)     # FloorMod has a gradient
     ```
     or give the op a gradient with `tf.RegisterGradient("Mod")` / `tf.custom_gradient`.
-    """
+    """,
+)
 
 
-@rule("GA102", "not-differentiable", Severity.ERROR,
-      fix="Use a differentiable formulation, or if the cut is intended, make it explicit with "
-          "tf.stop_gradient and ignore this op in the configuration.")
-class NotDifferentiable:
-    """An op registered with `tf.NotDifferentiable` cuts a path from a source to an output.
+NotDifferentiable = define(
+    "GA102", "not-differentiable", Severity.ERROR,
+    fix="Use a differentiable formulation, or if the cut is intended, make it explicit with "
+        "tf.stop_gradient and ignore this op in the configuration.",
+    cuts=True, partial_severity=Severity.WARNING,
+    doc="""An op registered with `tf.NotDifferentiable` cuts a path from a source to an output.
 
     ## What it does
     Finds ops whose type is registered as not differentiable (its gradient entry is `None`),
@@ -57,14 +60,16 @@ class NotDifferentiable:
     ## Use instead
     A differentiable op with the same forward meaning, or an explicit `tf.stop_gradient`
     when the cut is intended.
-    """
+    """,
+)
 
 
-@rule("GA103", "zero-gradient", Severity.ERROR,
-      fix="Use a smooth surrogate (softmax instead of argmax, a straight-through estimator "
-          "x + tf.stop_gradient(tf.round(x) - x) instead of round).")
-class ZeroGradient:
-    """A piecewise-constant op (argmax, round, floor, sign, ...) cuts a path: its gradient is None or zero.
+ZeroGradient = define(
+    "GA103", "zero-gradient", Severity.ERROR,
+    fix="Use a smooth surrogate (softmax instead of argmax, a straight-through estimator "
+        "x + tf.stop_gradient(tf.round(x) - x) instead of round).",
+    cuts=True, partial_severity=Severity.WARNING,
+    doc="""A piecewise-constant op (argmax, round, floor, sign, ...) cuts a path: its gradient is None or zero.
 
     ## What it does
     Builds a replica of the op and calls the gradient TensorFlow registered for it. When
@@ -86,14 +91,16 @@ class ZeroGradient:
     probs = tf.nn.softmax(logits)                       # differentiable scores
     q = x + tf.stop_gradient(tf.round(x * 127.0) / 127.0 - x)   # straight-through
     ```
-    """
+    """,
+)
 
 
-@rule("GA104", "integer-path", Severity.ERROR,
-      fix="Keep the value in floating point (use tf.round / a straight-through estimator "
-          "instead of a cast to int), or compute this output from float tensors.")
-class IntegerPath:
-    """A float value derived from a source is converted to an integer or bool, and the result reaches a float output.
+IntegerPath = define(
+    "GA104", "integer-path", Severity.ERROR,
+    fix="Keep the value in floating point (use tf.round / a straight-through estimator "
+        "instead of a cast to int), or compute this output from float tensors.",
+    cuts=True, partial_severity=Severity.WARNING,
+    doc="""A float value derived from a source is converted to an integer or bool, and the result reaches a float output.
 
     ## What it does
     Follows values, not shapes: a `Cast` to an integer or a comparison producing a bool on a
@@ -113,14 +120,16 @@ class IntegerPath:
     ```python
     q = x + tf.stop_gradient(tf.round(x * 127.0) / 127.0 - x)
     ```
-    """
+    """,
+)
 
 
-@rule("GA105", "py-function", Severity.ERROR,
-      fix="Rewrite the Python body with TensorFlow ops; a PyFunc body is not saved, so the "
-          "loaded model can neither run nor differentiate it.")
-class PyFunction:
-    """`tf.numpy_function` / `tf.py_function` (PyFunc, PyFuncStateless, EagerPyFunc) in the audited function.
+PyFunction = define(
+    "GA105", "py-function", Severity.ERROR,
+    fix="Rewrite the Python body with TensorFlow ops; a PyFunc body is not saved, so the "
+        "loaded model can neither run nor differentiate it.",
+    cuts=True,
+    doc="""`tf.numpy_function` / `tf.py_function` (PyFunc, PyFuncStateless, EagerPyFunc) in the audited function.
 
     ## What it does
     Reports every Python-function op reachable from the audited signature.
@@ -139,13 +148,15 @@ class PyFunction:
     ```python
     y = tf.math.sinh(x) + x
     ```
-    """
+    """,
+)
 
 
-@rule("GA106", "stop-gradient", Severity.INFO,
-      fix="Nothing to do if the cut is intended; otherwise remove tf.stop_gradient.")
-class StopGradient:
-    """`tf.stop_gradient` (StopGradient / PreventGradient) cuts a path from a source to an output.
+StopGradient = define(
+    "GA106", "stop-gradient", Severity.INFO,
+    fix="Nothing to do if the cut is intended; otherwise remove tf.stop_gradient.",
+    cuts=True,
+    doc="""`tf.stop_gradient` (StopGradient / PreventGradient) cuts a path from a source to an output.
 
     ## What it does
     Reports explicit gradient stops on paths that would otherwise carry a gradient.
@@ -161,14 +172,15 @@ class StopGradient:
 
     ## Use instead
     Keep it if intended; remove it where the gradient is wanted.
-    """
+    """,
+)
 
 
-@rule("GA107", "custom-gradient", Severity.INFO,
-      fix="Save the model with tf.saved_model.SaveOptions(experimental_custom_gradients=True) "
-          "so the custom gradient travels with it; check it numerically.")
-class CustomGradient:
-    """A `tf.custom_gradient` replaces an op's gradient.
+CustomGradient = define(
+    "GA107", "custom-gradient", Severity.INFO,
+    fix="Save the model with tf.saved_model.SaveOptions(experimental_custom_gradients=True) "
+        "so the custom gradient travels with it; check it numerically.",
+    doc="""A `tf.custom_gradient` replaces an op's gradient.
 
     ## What it does
     Finds ops carrying a `_gradient_op_type` attribute. The saved gradient function (listed
@@ -191,14 +203,15 @@ class CustomGradient:
     ## Use instead
     Keep it, save it with `experimental_custom_gradients=True`, and let the numeric checks
     confirm it.
-    """
+    """,
+)
 
 
-@rule("GA108", "disconnected-source", Severity.WARNING,
-      fix="Remove the unused variable, or connect it to an output; if it is used by another "
-          "signature, audit that signature (--all-signatures).")
-class DisconnectedSource:
-    """A trainable variable of the saved object reaches no output of the audited signature.
+DisconnectedSource = define(
+    "GA108", "disconnected-source", Severity.WARNING,
+    fix="Remove the unused variable, or connect it to an output; if it is used by another "
+        "signature, audit that signature (--all-signatures).",
+    doc="""A trainable variable of the saved object reaches no output of the audited signature.
 
     ## What it does
     Lists trainable variables that no output of the signature depends on.
@@ -215,14 +228,16 @@ class DisconnectedSource:
 
     ## Use instead
     Remove the variable or use it; mark it `trainable=False` if it is state.
-    """
+    """,
+)
 
 
-@rule("GA109", "unknown-op", Severity.ERROR,
-      fix="Load the package or library that defines the op before auditing: --load-ops PACKAGE (a Python "
-          "package such as tensorflow_text) or --load-ops path/to/ops.so (tf.load_op_library).")
-class UnknownOp:
-    """An op type this TensorFlow does not know lies on a float path (a custom op whose package is not loaded).
+UnknownOp = define(
+    "GA109", "unknown-op", Severity.ERROR,
+    fix="Load the package or library that defines the op before auditing: --load-ops PACKAGE (a Python "
+        "package such as tensorflow_text) or --load-ops path/to/ops.so (tf.load_op_library).",
+    cuts=True,
+    doc="""An op type this TensorFlow does not know lies on a float path (a custom op whose package is not loaded).
 
     ## What it does
     Reports ops whose type is not in this TensorFlow's op registry. Whether a gradient passes
@@ -242,14 +257,16 @@ class UnknownOp:
     ## Use instead
     `gradaudit MODEL --load-ops tensorflow_decision_forests` (or `--load-ops my_ops.so`), so the op
     and its gradient are known and the pairs get real statuses.
-    """
+    """,
+)
 
 
-@rule("GA110", "gradient-raises", Severity.ERROR,
-      fix="Replace the op on the differentiated path, or give it a gradient that works for these attributes "
-          "(tf.custom_gradient); tf.raw_ops.PreventGradient is meant to make differentiation fail.")
-class GradientRaises:
-    """An op's registered gradient function raises when it is called: differentiating through it fails.
+GradientRaises = define(
+    "GA110", "gradient-raises", Severity.ERROR,
+    fix="Replace the op on the differentiated path, or give it a gradient that works for these attributes "
+        "(tf.custom_gradient); tf.raw_ops.PreventGradient is meant to make differentiation fail.",
+    cuts=True,
+    doc="""An op's registered gradient function raises when it is called: differentiating through it fails.
 
     ## What it does
     Calls the gradient TensorFlow registered for the op on a replica with the saved attributes.
@@ -268,190 +285,11 @@ class GradientRaises:
 
     ## Use instead
     A differentiable formulation, or `tf.stop_gradient` where a cut is intended.
-    """
+    """,
+)
 
 
 RULES: tuple[Rule, ...] = (
     NoGradient, NotDifferentiable, ZeroGradient, IntegerPath, PyFunction, StopGradient,
     CustomGradient, DisconnectedSource, UnknownOp, GradientRaises,
 )
-
-# Cuts that, on one path of a pair other paths still connect, leave a gradient that is the derivative of the
-# value almost everywhere but misses that path: a warning. The others (no gradient at all, a gradient that
-# raises, a Python function) break training wherever they are.
-PARTIAL_WARNING = frozenset({"zero-gradient", "integer-path", "not-differentiable"})
-
-# Op type prefixes of well-known op libraries: the package --load-ops should import.
-OP_PACKAGES: tuple[tuple[str, str], ...] = (
-    ("SimpleML", "tensorflow_decision_forests"),
-    ("YggdrasilDecisionForest", "tensorflow_decision_forests"),
-    ("YggdrasilModel", "tensorflow_decision_forests"),
-    ("Addons>", "tensorflow_addons"),
-    ("IO>", "tensorflow_io"),
-    ("Scann", "scann"),
-    ("Sentencepiece", "tensorflow_text (or sentencepiece)"),
-    ("WhitespaceTokenize", "tensorflow_text"),
-    ("UnicodeScriptTokenize", "tensorflow_text"),
-    ("WordpieceTokenize", "tensorflow_text"),
-    ("FastWordpiece", "tensorflow_text"),
-    ("FastBertNormalize", "tensorflow_text"),
-    ("RegexSplitWithOffsets", "tensorflow_text"),
-    ("NormalizeUTF8", "tensorflow_text"),
-    ("SplitMergeTokenize", "tensorflow_text"),
-    ("TFText>", "tensorflow_text"),
-    ("Mst", "tensorflow_text"),
-    ("ConstrainedSequence", "tensorflow_text"),
-    ("SentenceFragments", "tensorflow_text"),
-    ("UnicodeNormalize", "tensorflow_text"),
-    ("BoiseOffset", "tensorflow_text"),
-    ("RoundRobin", "tensorflow_text"),
-    ("Ngrams", "tensorflow_text"),
-    ("SequenceStringProjection", "tensorflow_text / tf-models"),
-)
-
-
-def op_package(op_type: str) -> str | None:
-    """The package that defines a well-known custom op type, if its name tells."""
-    for prefix, package in OP_PACKAGES:
-        if op_type.startswith(prefix):
-            return package
-    return None
-
-
-# -- detection ------------------------------------------------------------------------------
-
-_REASONS = {
-    "no-gradient": "{t} has no registered gradient: differentiating through it raises LookupError",
-    "not-differentiable": "{t} is registered with tf.NotDifferentiable: no gradient flows through it",
-    "zero-gradient": "{t} is piecewise constant: its registered gradient is None or zero",
-    "integer-path": "{t} converts a float value to {dtype}: gradients stop at integer and bool tensors",
-    "py-function": "{t} runs a Python function that is not saved with the model",
-    "stop-gradient": "{t} (tf.stop_gradient) stops the gradient",
-    "custom-gradient": "the custom gradient {cg} of {t} was not saved with the model: differentiating "
-                       "the loaded model raises LookupError",
-    "custom-gradient-dead": "the custom gradient {cg} of {t} (saved as {fn}) returns, for an input this "
-                            "output depends on, None, zeros or a value that ignores the incoming gradient "
-                            "dy: that gradient is always zero or wrong",
-    "unknown-op": "op type {t} is not registered in this TensorFlow",
-    "gradient-raises": "the gradient function TensorFlow registered for {t} raises when called ({err})",
-}
-
-
-def _names(names: list[str]) -> str:
-    return ", ".join(names) if len(names) <= 4 else ", ".join(names[:4]) + f" and {len(names) - 4} more"
-
-
-def check(analysis) -> list:
-    """Static GA1xx findings from a finished StaticAnalysis."""
-    # Imported here so that `gradaudit rules` / `explain` do not pay for importing TensorFlow.
-    from ..flow import PYFUNC_OPS
-    from ..graph.dtypes import carries_gradient, dtype_name
-
-    by_slug = {r.slug: r for r in RULES}
-    g = analysis.graph
-    findings = []
-    reported: set[tuple[str, object]] = set()
-
-    def where(ref) -> str:
-        return f"{ref.op_type} '{ref.op_name}' in {ref.function}"
-
-    for ref, cut in analysis.cuts.items():
-        pairs = cut.blocked_pairs | cut.partial_pairs
-        srcs = analysis.source_names(sum({1 << i for i, _ in pairs}))
-        outs = analysis.output_names(sum({1 << j for _, j in pairs}))
-        out_dtypes = {dtype_name(g.dtype[o]) for o in cut.node.outputs if not carries_gradient(g.dtype[o])}
-        dead = cut.rule == "custom-gradient" and cut.node.custom_gradient_saved
-        reason = _REASONS["custom-gradient-dead" if dead else cut.rule].format(
-            t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
-            fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error)
-        how = ("cuts the gradient" if cut.blocked_pairs else
-               "cuts one path of the gradient while other paths still carry one, so the gradient misses "
-               "this path's part")
-        msg = f"{where(ref)}: {reason}; it {how} from {_names(srcs)} to {_names(outs)}"
-        rule_ = by_slug[cut.rule]
-        severity = Severity.ERROR if cut.rule == "custom-gradient" else None
-        if not cut.blocked_pairs and cut.rule in PARTIAL_WARNING:
-            severity = Severity.WARNING  # the same whatever cuts it: round(x) or float(int(x))
-        fix = ("Make the gradient function return dy times the derivative for every input the output "
-               "depends on (dy * f'(x)); return a zero gradient only through tf.stop_gradient in the "
-               "forward pass.") if dead else None
-        findings.append(rule_.finding(msg, op=ref, sources=srcs, outputs=outs, severity=severity, fix=fix))
-        reported.add((cut.rule, ref))
-
-    for node in g.ops.values():
-        ref = node.ref
-        if ref.op_type in PYFUNC_OPS and ("py-function", ref) not in reported:
-            src, out = analysis.op_masks(node)
-            findings.append(PyFunction.finding(
-                f"{where(ref)}: {_REASONS['py-function'].format(t=ref.op_type)}; the loaded model can "
-                "neither run nor differentiate it", op=ref,
-                sources=analysis.source_names(src), outputs=analysis.output_names(out)))
-            reported.add(("py-function", ref))
-        elif node.custom_gradient and node.custom_gradient_saved and ("custom-gradient", ref) not in reported:
-            src, out = analysis.op_masks(node, grad=True)
-            if src and out:
-                findings.append(CustomGradient.finding(
-                    f"{where(ref)}: custom gradient {node.custom_gradient} replaces the op's gradient "
-                    f"(saved as {analysis.gradient_functions.get(node.custom_gradient, '?')}); check it "
-                    "numerically", op=ref,
-                    sources=analysis.source_names(src), outputs=analysis.output_names(out),
-                    fix="Nothing to do if the numeric checks pass: they compare it with finite differences "
-                        "(use --order 2 for its second derivative)."))
-                reported.add(("custom-gradient", ref))
-
-    findings += _unknown_op_findings(analysis, reported, where)
-
-    out_value = 0
-    for t in analysis.output_tensor.values():
-        out_value |= analysis.reach_value[t]
-    for i, t in analysis.source_tensor.items():
-        src = analysis.sources[i]
-        if src.kind == "variable" and not out_value >> i & 1:
-            others = [analysis.outputs[j] for j, o in analysis.other_output_tensor.items()
-                      if analysis.reach_value[o] >> i & 1]
-            where_to = (f"reaches only {', '.join(f'{o.name} ({o.dtype})' for o in others)}, which carries no "
-                        "gradient" if others else "reaches no output of the signature")
-            findings.append(DisconnectedSource.finding(
-                f"trainable variable {src.name} {where_to}: it never gets a gradient", sources=[src.name]))
-    for v in analysis.uncaptured_trainable:
-        findings.append(DisconnectedSource.finding(
-            f"trainable variable {v.name} is not used by the audited signature: it never gets a gradient "
-            "from it", sources=[v.name]))
-    return findings
-
-
-
-def _unknown_op_findings(analysis, reported: set, where) -> list:
-    """An error per unknown op on a float path of a pair (that pair is `unknown`); one info line for all the
-    unknown ops that touch only string or integer paths and so decide no gradient."""
-    findings = []
-    idle: dict[str, int] = {}
-    for node in analysis.graph.ops.values():
-        ref = node.ref
-        if node.known or ("unknown-op", ref) in reported or ("integer-path", ref) in reported:
-            continue
-        u = analysis.uncertain.get(ref)
-        if u is None:
-            idle[ref.op_type] = idle.get(ref.op_type, 0) + 1
-            continue
-        srcs = analysis.source_names(sum({1 << i for i, _ in u.pairs}))
-        outs = analysis.output_names(sum({1 << j for _, j in u.pairs}))
-        package = op_package(ref.op_type)
-        load = f"--load-ops {package.split(' ')[0]}" if package else "--load-ops PACKAGE_OR_LIBRARY.so"
-        origin = f" (it comes from {package})" if package else ""
-        findings.append(UnknownOp.finding(
-            f"{where(ref)}: {_REASONS['unknown-op'].format(t=ref.op_type)}{origin}; it lies on the float path "
-            f"from {_names(srcs)} to {_names(outs)}, so whether a gradient flows there cannot be known "
-            f"(status unknown); {load} makes it known", op=ref, sources=srcs, outputs=outs,
-            fix=f"Audit with {load}, so that the op and the gradient its package registers (or does not) are "
-                "known."))
-        reported.add(("unknown-op", ref))
-    if idle:
-        kinds = ", ".join(f"{t} ({n})" if n > 1 else t for t, n in sorted(idle.items()))
-        packages = sorted({p for t in idle if (p := op_package(t))})
-        findings.append(UnknownOp.finding(
-            f"{sum(idle.values())} op(s) of type(s) this TensorFlow does not know touch only string, integer or "
-            f"unused paths and decide no gradient: {kinds}"
-            + (f" (from {', '.join(packages)})" if packages else ""), severity=Severity.INFO,
-            fix="Nothing to do for the gradient; --load-ops PACKAGE lets the numeric checks run the model."))
-    return findings

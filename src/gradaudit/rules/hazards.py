@@ -169,7 +169,7 @@ class SquaredDenominator:
     """
 
 
-@rule("GA310", "unstable-gradient", Severity.ERROR,
+@rule("GA310", "unstable-gradient", Severity.ERROR, probes=True,
       fix="Rewrite the op the probe names in a stable form (see the GA30x hazard reported on it, if "
           "any), or keep its input away from the bad region (an epsilon, a clip, a double where).")
 class UnstableGradient:
@@ -200,7 +200,7 @@ class UnstableGradient:
     """
 
 
-@rule("GA311", "nonfinite-forward", Severity.WARNING,
+@rule("GA311", "nonfinite-forward", Severity.WARNING, probes=True,
       fix="Use the stable form of the op the probe names (softplus, log_sigmoid, log_softmax, "
           "logsumexp), or bound its input.")
 class NonfiniteForward:
@@ -226,7 +226,7 @@ class NonfiniteForward:
     """
 
 
-@rule("GA320", "second-order-mismatch", Severity.ERROR,
+@rule("GA320", "second-order-mismatch", Severity.ERROR, probes=True,
       fix="Differentiate the gradient function itself: avoid tf.stop_gradient and numpy inside a "
           "custom gradient, or give it its own custom gradient (see tf.custom_gradient's nesting notes).")
 class SecondOrderMismatch:
@@ -258,7 +258,7 @@ class SecondOrderMismatch:
     """
 
 
-@rule("GA321", "second-order-unavailable", Severity.WARNING,
+@rule("GA321", "second-order-unavailable", Severity.WARNING, probes=True,
       fix="Read TensorFlow's reason in the message: a custom gradient that cannot be differentiated again "
           "needs its own tf.custom_gradient; a loaded While loop or other construct TensorFlow cannot "
           "differentiate twice after loading is better checked on the Python function before export.")

@@ -6,7 +6,7 @@ from ..model import Severity
 from .base import Rule, rule
 
 
-@rule("GA201", "gradient-mismatch", Severity.ERROR,
+@rule("GA201", "gradient-mismatch", Severity.ERROR, probes=True,
       fix="Fix the gradient function (tf.custom_gradient / tf.RegisterGradient) named in the message; "
           "check it against the derivative of the forward pass it replaces.")
 class GradientMismatch:
@@ -162,11 +162,6 @@ RULES: tuple[Rule, ...] = (GradientMismatch, Nondeterministic, SurrogateGradient
                            UnrunnableModel)
 
 
-# Static cuts that make TensorFlow's gradient differ from the forward's derivative on purpose (or
-# already reported as an error by the static pass).
-_CUT_RULES = {"stop-gradient", "zero-gradient", "not-differentiable", "integer-path", "py-function",
-              "no-gradient", "unknown-op"}
-
 
 def explain_mismatches(findings: list, numeric: list, variables: set[str]) -> tuple[list, list]:
     """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
@@ -174,7 +169,11 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str]) -> tu
     mismatch becomes info, naming the cut; the numeric result keeps `fail` with the explanation."""
     from dataclasses import replace
 
-    cuts = [f for f in findings if f.rule in _CUT_RULES and f.op is not None]
+    from . import get_rule
+
+    # static cuts make TensorFlow's gradient differ from the forward's derivative on purpose (or are
+    # already reported by the static pass)
+    cuts = [f for f in findings if get_rule(f.rule).cuts and f.op is not None]
 
     def cut_for(source: str, output: str):
         for c in cuts:

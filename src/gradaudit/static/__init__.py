@@ -1,0 +1,13 @@
+"""The static checks: each reads a finished StaticAnalysis and returns findings (detection lives here; the
+rule catalog in gradaudit.rules is plain data)."""
+
+from __future__ import annotations
+
+from ..rules import hazards as _hazards
+from ..rules import safety as _safety
+from . import flow_rules as _flow
+
+# One registry, run in this order by the static pass.
+STATIC_CHECKS = (_flow.check, _safety.check, _hazards.check)
+
+__all__ = ["STATIC_CHECKS"]
