@@ -325,10 +325,16 @@ def _emit(text: str, path: str | None, debug: bool) -> None:
 
 
 @main.command("rules")
-def rules_command() -> None:
+@click.option("--markdown", is_flag=True, help="Print the rules' reference page (docs/rules.md) instead.")
+def rules_command(markdown: bool) -> None:
     """List every rule: code, slug, default severity, summary."""
     from .rules import ALL_RULES
 
+    if markdown:
+        from .rules.docs import markdown as page
+
+        click.echo(page(), nl=False)
+        return
     width = max(len(r.slug) for r in ALL_RULES)
     for r in ALL_RULES:
         click.echo(f"{r.code}  {r.slug:<{width}} {r.severity.value:<8} {r.summary}")
