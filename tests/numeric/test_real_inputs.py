@@ -136,7 +136,7 @@ def test_float64_checks_say_so(audit_of):
     assert {n.precision_reason for n in base} == {"float64 copy of the model"}
 
 
-def jax(name: str) -> str:
+def thirdparty(name: str) -> str:
     path = os.path.join(THIRDPARTY, name)
     if not os.path.exists(os.path.join(path, "saved_model.pb")):
         pytest.skip(f"third-party fixture {name} not built")
@@ -144,7 +144,7 @@ def jax(name: str) -> str:
 
 
 def test_jax2tf_model_falls_back_to_float32_and_fails_on_its_wrong_saved_gradient(audit_of):
-    r = audit_of(jax("jax_custom_vjp_wrong"))
+    r = audit_of(thirdparty("jax_custom_vjp_wrong"))
     base = {n.source: n for n in r.numeric if n.scale is None}
     assert base["x"].status == "fail" and base["x"].dtype == "float32"
     assert "float64 copy" in base["x"].precision_reason and "XlaCallModule" in base["x"].precision_reason
@@ -152,13 +152,13 @@ def test_jax2tf_model_falls_back_to_float32_and_fails_on_its_wrong_saved_gradien
 
 
 def test_jax2tf_model_with_a_correct_saved_gradient_passes(audit_of):
-    r = audit_of(jax("jax_custom_vjp_ok"))
+    r = audit_of(thirdparty("jax_custom_vjp_ok"))
     assert {n.status for n in r.numeric} <= {"pass", "inconclusive"} and "pass" in {n.status for n in r.numeric}
     assert "gradient-mismatch" not in rules(r)
 
 
 def test_jax2tf_gradient_wrong_above_two_fails_by_default(audit_of):
-    r = audit_of(jax("jax_custom_vjp_wrong_x_gt_2"))
+    r = audit_of(thirdparty("jax_custom_vjp_wrong_x_gt_2"))
     assert "gradient-mismatch" in rules(r)
 
 
@@ -201,3 +201,11 @@ def test_ids_gathered_from_a_variable_and_other_integers(tmp_path):
     assert (d["ids"].kind, d["ids"].high, d["ids"].padded) == ("ids", 7, False)
     assert d["ids"].op.op_type == "ResourceGather"
     assert d["count"].kind == "count" and d["pick"].kind == "index"
+
+
+@pytest.mark.parametrize("name", ["keras_lstm_masked", "keras_lstm_unmasked", "keras_gru_masked", "keras_gru_unmasked",
+                                  "keras_softmax_xent"])
+def test_thirdparty_keras_text_and_loss_models_pass_with_synthesised_inputs(audit_of, name):
+    r = audit_of(thirdparty(name))
+    assert r.numeric and {n.status for n in r.numeric} == {"pass"}, [(n.source, n.status, n.reason) for n in r.numeric]
+    assert "gradient-mismatch" not in {f.rule for f in r.findings} and r.verdict() == "pass"
