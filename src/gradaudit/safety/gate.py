@@ -199,15 +199,22 @@ class _Provenance:
         return bool(answers) and all(answers)
 
 
+def _gradient_function(node, library) -> str | None:
+    """The saved custom gradient (tf.custom_gradient) a node's `_gradient_op_type` names."""
+    if "_gradient_op_type" not in node.attr:
+        return None
+    return library.registered_gradients.get(node.attr["_gradient_op_type"].s.decode(errors="replace"))
+
+
 def _function_names(node, library) -> list[str]:
     from ..graph.library import function_attrs
 
     names = [n for _, ns in function_attrs(node) for n in ns]
     if node.op in library.functions:
         names.append(node.op)
-    gradient = node.attr["_gradient_op_type"].s.decode(errors="replace") if "_gradient_op_type" in node.attr else ""
-    if gradient in library.registered_gradients:  # a saved custom gradient runs when gradients are taken
-        names.append(library.registered_gradients[gradient])
+    gradient = _gradient_function(node, library)
+    if gradient is not None:  # a saved custom gradient runs when gradients are taken
+        names.append(gradient)
     # a legacy (Defun) gradient function of a called function
     names += [library.function_gradients[n] for n in list(names) if n in library.function_gradients]
     return names
@@ -258,16 +265,22 @@ def check(model, sig) -> list[Verdict]:
     # First the whole call graph (for argument provenance), then the judgement.
     visits: list[tuple[_Root, str, tuple]] = []
     seen: set[tuple[str, bool]] = set()
+    via: dict[str, str] = {}  # function -> how a gradient brought it in, for the message
     for root in all_roots:
         stack = [(root.where, root.nodes)]
         while stack:
             where, batch = stack.pop()
             visits.append((root, where, batch))
             for node in batch:
+                gradient = _gradient_function(node, library)
                 for fname in _function_names(node, library):
                     prov.call(where, node, fname)
                     if fname in library.functions and (fname, root.saver) not in seen:
                         seen.add((fname, root.saver))
+                        if fname == gradient:
+                            via.setdefault(fname, f"the saved custom gradient of {node.op} '{node.name}'")
+                        elif where in via:
+                            via.setdefault(fname, via[where])
                         stack.append((fname, tuple(library.functions[fname].node_def)))
     found: dict[OpRef, Verdict] = {}
     for root, where, batch in visits:
@@ -277,5 +290,6 @@ def check(model, sig) -> list[Verdict]:
                 continue
             judged = _judge(node, library, CLASSES.get(node.op), root.saver, where, prov)
             if judged is not None:
-                found[ref] = Verdict(ref, judged[0], judged[1], root.label)
+                label = f"{root.label}, as {via[where]}" if where in via else root.label
+                found[ref] = Verdict(ref, judged[0], judged[1], label)
     return list(found.values())
