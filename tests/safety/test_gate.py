@@ -162,3 +162,18 @@ def test_links_the_loader_does_not_follow_are_not_findings(tmp_path):
     os.symlink("/etc/hostname", os.path.join(path, "README"))  # beside the model, never read by the loader
     report = audit_saved_model(path, AuditOptions(static_only=True))
     assert not [f for f in report.findings if f.rule == "unsafe-asset"]
+
+
+@pytest.mark.parametrize("where", ["variables", "gs"])
+def test_a_dataset_cache_into_the_model_or_the_network_is_found(tmp_path, where, monkeypatch):
+    from .attacks import _dataset_model
+
+    path = str(tmp_path / "cache_model")
+    target = os.path.join(path, "variables", "cache") if where == "variables" else "gs://gradaudit-never/cache"
+    _dataset_model(path, lambda ds: ds.cache(target))
+    before = sorted(os.listdir(os.path.join(path, "variables")))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, [path, "--format", "json"], catch_exceptions=False)
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 1 and [f["op_type"] for f in doc["findings"] if f["code"] == "GA401"] == ["CacheDatasetV2"]
+    assert sorted(os.listdir(os.path.join(path, "variables"))) == before and not doc["numeric"]
