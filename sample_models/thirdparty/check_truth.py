@@ -5,7 +5,7 @@
 Loads each SavedModel with the running TensorFlow (no third-party library imported), runs it on the
 inputs recorded in truth.json and recomputes every first-order (and second-order) pair with _truth.py.
 Prints one line per model; exits 1 if a model does not load or run, or a pair differs.
-Only for fixtures written by _truth.py (``builder`` build_tfp/jax/tfmot/keras.py).
+Only for fixtures written by _truth.py (``builder`` build_tfp/jax/tfmot/keras/tfkeras.py).
 """
 
 from __future__ import annotations
