@@ -77,6 +77,8 @@ class _Resource(tf.saved_model.experimental.TrackableResource):
         super().__init__()
 
     def _create_resource(self):
+        if self.where == "create":
+            tf.io.write_file(self.canary, "creator ran")
         return tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[], shared_name=f"hostile_{self.where}")
 
     def _initialize(self):
@@ -107,6 +109,19 @@ def initializer_writes(path: str, canary: str) -> str:
     return _resource_model(path, canary, "initialize")
 
 
+def creator_writes(path: str, canary: str) -> str:
+    return _resource_model(path, canary, "create")
+
+
+def dataset_function_writes(path: str, canary: str) -> str:
+    """A WriteFile inside a dataset's map function (a function attribute of MapDataset)."""
+    def step(v):
+        with tf.control_dependencies([tf.io.write_file(canary, "map ran")]):
+            return tf.identity(v)
+
+    return _dataset_model(path, lambda ds: ds.map(step))
+
+
 def _tf1_model(path: str, canary: str, where: str) -> str:
     with tf.Graph().as_default() as graph:
         x = tf.compat.v1.placeholder(tf.float32, [None], name="x")
@@ -121,6 +136,8 @@ def _tf1_model(path: str, canary: str, where: str) -> str:
             sess.run(tf.compat.v1.global_variables_initializer())
             builder = tf.compat.v1.saved_model.Builder(path)
             sig = tf.compat.v1.saved_model.predict_signature_def({"x": x}, {"y": y})
+            if where == "table_initializer":
+                tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TABLE_INITIALIZERS, write)
             kwargs = {"main_op": write} if where == "main_op" else {}
             builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": sig},
                                                  **kwargs)
@@ -130,6 +147,10 @@ def _tf1_model(path: str, canary: str, where: str) -> str:
 
 def tf1_main_op_writes(path: str, canary: str) -> str:
     return _tf1_model(path, canary, "main_op")
+
+
+def tf1_table_initializer_writes(path: str, canary: str) -> str:
+    return _tf1_model(path, canary, "table_initializer")
 
 
 def tf1_control_dependency_writes(path: str, canary: str) -> str:
@@ -229,6 +250,9 @@ ATTACKS: dict[str, tuple] = {
     "destroyer_writes": (destroyer_writes, Attack("WriteFile", "_destroy_resource", False)),
     "initializer_writes": (initializer_writes, Attack("WriteFile", "initializer", False)),
     "tf1_main_op_writes": (tf1_main_op_writes, Attack("WriteFile", "saved_model_main_op", False)),
+    "tf1_table_initializer_writes": (tf1_table_initializer_writes, Attack("WriteFile", "table_initializer", False)),
+    "creator_writes": (creator_writes, Attack("WriteFile", "_create_resource", False)),
+    "dataset_function_writes": (dataset_function_writes, Attack("WriteFile", "Dataset_map", False)),
     "tf1_control_dependency_writes": (tf1_control_dependency_writes, Attack("WriteFile", "signature", False)),
     "candidate_sampler_reads": (candidate_sampler_reads, Attack("FixedUnigramCandidateSampler", "signature", True)),
     "decode_proto_reads": (decode_proto_reads, Attack("DecodeProtoV2", "signature", True)),
