@@ -109,6 +109,11 @@ MODELS = {
                                     act_model,
                                     lambda rng: rng.normal(0.0, 2.0, size=(BATCH, 4)),
                                     "softplus whose jax.custom_vjp halves the derivative where x > 2"),
+    "jax_stop_gradient_param": ("act", lambda p, x: x @ jax.lax.stop_gradient(p["w"]) + p["b"],
+                                lambda p, x: x @ p["w"] + p["b"],
+                                lambda rng: rng.normal(size=(BATCH, 4)),
+                                "x @ lax.stop_gradient(w) + b: w is cut INSIDE the XlaCallModule; the saved "
+                                "gradient returns zeros for w"),
 }
 
 
@@ -205,7 +210,8 @@ def build(name, out_dir=HERE):
     path = os.path.join(out_dir, name)
     _export(name, path)
     x = MODELS[name][3](np.random.default_rng(7)).astype(np.float32)
-    domain = "real, N(0, 1)" if name == "jax_mlp" else "real, N(0, 2) (some entries > 2)"
+    domain = ("real, N(0, 2) (some entries > 2)" if name.startswith("jax_custom_vjp")
+              else "real, N(0, 1)")
     err = _gradient_error(name, path, x)
     doc = write_truth(path, {"serving_default": {"x": (x, domain)}}, LIBRARY,
                       os.path.basename(__file__), notes=MODELS[name][4],
