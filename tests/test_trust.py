@@ -190,3 +190,21 @@ def test_an_internal_error_in_the_timeout_child_is_said_to_be_one(samples, tmp_p
         api.audit_saved_model(os.path.join(samples, "mlp"), AuditOptions(timeout=30.0))
     assert caught.value.report is not None and caught.value.report.verdict() == "incomplete"
     assert "RuntimeError: in the child" in str(caught.value)
+
+
+@pytest.mark.parametrize("name, args", [("qr_dynamic", []), ("customop_float", ["--allow-unsafe-ops"])])
+def test_tensorflow_failing_on_the_model_is_the_model_not_gradaudit(tmp_path, name, args):
+    """QrGrad refuses dynamic shapes inside tape.gradient; a custom op not loaded makes tf.saved_model.load fail.
+    Both are TensorFlow failing on the model: its checks could not be made (never exit 2 'internal error')."""
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(main, [os.path.join(THIRDPARTY, name), "--json", str(out), *args])
+    assert result.exit_code == 1, result.output
+    assert "internal error" not in result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "fail" and doc["incomplete"]  # GA110 / GA109 fail it; the checks say why not run
+
+
+def test_a_variable_another_entry_point_uses_is_not_unused():
+    report = audit_saved_model(os.path.join(THIRDPARTY, "no_signatures"), AuditOptions(static_only=True,
+                                                                                       signature="encode"))
+    assert not [f for f in report.findings if f.rule == "disconnected-source"]

@@ -175,8 +175,17 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
     return _finish(report)
 
 
+def _full_tracebacks() -> None:
+    """TensorFlow trims its own frames from tracebacks; gradaudit needs them to tell a failure of TensorFlow on
+    the model (a gradient function refusing its shapes: the model could not be checked) from its own bug."""
+    import tensorflow as tf
+
+    tf.debugging.disable_traceback_filtering()
+
+
 def _execute(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
     """The part of an audit that runs the model: numeric checks, then stability probes."""
+    _full_tracebacks()
     _guard("running the numeric checks", report, lambda: _run_numeric(report, path, options, key, analysis))
     _guard("running the stability probes", report, lambda: _run_stability(report, analysis, path, options, key))
 
@@ -227,6 +236,7 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
         _check_inputs(sig, options)
     if _may_execute(report, options):
         report.seed = options.seed
+        _full_tracebacks()
         _guard("running the numeric checks", report, lambda: _run_numeric_traced(report, traced, options, analysis))
         _guard("running the stability probes", report, lambda: _probe_traced(report, traced, options))
         if options.timeout:

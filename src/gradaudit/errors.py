@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -34,6 +35,30 @@ class InternalError(Exception):
             if line not in report.incomplete:
                 report.incomplete.append(line)
         return self
+
+
+_FRAMEWORK_DIRS = (f"{os.sep}tensorflow{os.sep}", f"{os.sep}keras{os.sep}", f"{os.sep}tf_keras{os.sep}",
+                   f"{os.sep}tensorflow_probability{os.sep}")
+
+
+def raised_by_tensorflow(exc: BaseException) -> bool:
+    """Whether TensorFlow (or Keras) raised `exc` while loading, running or differentiating the model: a
+    runtime error of TensorFlow's, or any exception whose innermost frame is in TensorFlow's code (a gradient
+    function that refuses the model's shapes, an op that is not registered). Such a failure is the model's
+    (its checks could not be made), not gradaudit's."""
+    try:
+        import tensorflow as tf
+
+        if isinstance(exc, tf.errors.OpError):
+            return True
+    except ImportError:  # pragma: no cover - TensorFlow is a dependency
+        pass
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return any(d in tb.tb_frame.f_code.co_filename for d in _FRAMEWORK_DIRS)
 
 
 def _rebuild_internal(stage: str, detail: str, args: tuple, report: Any) -> InternalError:

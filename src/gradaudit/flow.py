@@ -293,6 +293,9 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
 
     captured = {v.name for v in sig.variables.values()}
     uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]
+    if uncaptured and hasattr(model, "entry_point_variables"):  # used by another signature or saved function
+        elsewhere = model.entry_point_variables()
+        uncaptured = [v for v in uncaptured if v.name not in elsewhere]
     return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, other_output_tensor, F, G, B, C,
                           flow, cuts,
                           list({v.name: v for v in uncaptured}.values()), model.library.registered_gradients,

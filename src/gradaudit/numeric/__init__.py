@@ -71,19 +71,18 @@ def run_numeric_function(fn, sources: list[Source], outputs: list[Output], flow:
 def _guarded(run: Callable[[], NumericOutcome]) -> NumericOutcome:
     """A model that cannot load, run or be differentiated gives results inside `run`; anything else that
     escapes is gradaudit's own failure, said to be one (never an `error` row under a passing verdict)."""
-    import tensorflow as tf
-
-    from ..errors import InternalError
+    from ..errors import InternalError, raised_by_tensorflow
     from .runner import describe
 
     try:
         return run()
     except InternalError:
         raise
-    except tf.errors.OpError as exc:  # the model failed while running: these checks could not be made
+    except Exception as exc:  # noqa: BLE001 - the model's failure, or gradaudit's, said as such
+        if not raised_by_tensorflow(exc):
+            raise InternalError("running the numeric checks", exc) from exc
+        # TensorFlow failed on the model (running or differentiating it): these checks could not be made
         reason = f"numeric checks stopped: {describe(exc)}"
         return NumericOutcome(
             [NumericResult(source="*", output="*", status="error", rel_error=None, step=None, dtype=None,
                            evaluations=0, reason=reason)], [], [])
-    except Exception as exc:  # noqa: BLE001 - re-raised as gradaudit's failure
-        raise InternalError("running the numeric checks", exc) from exc

@@ -55,26 +55,20 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
     `analysis` is the static pass's StaticAnalysis: its sources, flow and graph (to name ops) and the
     hazards to confirm. A model that cannot run gives notes, never an exception.
     """
-    from ..errors import InternalError
+    from ..errors import InternalError, raised_by_tensorflow
 
     outcome = StabilityOutcome()
     try:
         _run(model_dir, tags, signature, analysis, options, outcome)
     except InternalError:
         raise
-    except tf_errors() as exc:  # the model failed while running: it could not be probed
+    except Exception as exc:  # noqa: BLE001 - the model's failure, or gradaudit's, said as such
+        if not raised_by_tensorflow(exc):
+            raise InternalError("running the stability probes", exc) from exc
         from ..numeric.runner import describe
 
-        outcome.stopped = describe(exc)
-    except Exception as exc:  # noqa: BLE001 - gradaudit's own failure, said to be one (never a pass)
-        raise InternalError("running the stability probes", exc) from exc
+        outcome.stopped = describe(exc)  # TensorFlow failed on the model: it could not be probed
     return outcome
-
-
-def tf_errors() -> type[BaseException]:
-    import tensorflow as tf
-
-    return tf.errors.OpError
 
 
 def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
@@ -106,7 +100,7 @@ def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcom
     prober = None
     try:
         prober = Prober(loaded, info, tags, plan, base, variables, analysis.graph, analysis.gradient_functions,
-                        n.seed, n.upcast, given_inputs(n.inputs_file))
+                        n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis))
         if plan.input_sources:
             ladder = run_ladder(prober, options.scales)
             outcome.results.extend(ladder.results)
@@ -130,3 +124,27 @@ def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcom
             outcome.notes.extend(prober.notes)
             prober.close()
         loaded.close()
+
+
+def _suspects_on_path(analysis):
+    """(sources, output) -> the ops on a gradient path from those sources to the output whose backward can
+    turn a finite gradient into NaN/Inf (sqrt, pow, log, division...), from the static pass's masks."""
+    from .forensics import SINGULAR_BACKWARD
+
+    singular = SINGULAR_BACKWARD - {"Mul", "Square", "Exp"}
+    index = {s.name: i for i, s in enumerate(analysis.sources)}
+    outputs = {o.name: j for j, o in enumerate(analysis.outputs)}
+    nodes = [n for n in analysis.graph.ops.values() if n.ref.op_type in singular]
+
+    def suspects(sources, output: str) -> tuple:
+        if output not in outputs:
+            return ()
+        wanted = sum(1 << index[s] for s in sources if s in index)
+        found = []
+        for node in nodes:
+            src, out = analysis.op_masks(node, grad=True)
+            if src & wanted and out >> outputs[output] & 1:
+                found.append(node.ref)
+        return tuple(sorted(set(found), key=lambda r: (r.function, r.op_name)))
+
+    return suspects

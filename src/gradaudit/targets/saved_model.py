@@ -187,6 +187,16 @@ class SavedModelFile:
                     out[key] = name
         return out
 
+    def entry_point_variables(self) -> set[str]:
+        """Names of the variables some signature or saved function captures: a variable only another entry
+        point uses is not unused."""
+        names: set[str] = set()
+        for key in self.signature_keys():
+            names |= {v.name for v in self.signature(key).variables.values()}
+        for fn in self.saved_functions().values():
+            names |= {v.name for v in self._function_graph(fn).variables.values()}
+        return names
+
     def all_variables(self) -> list[VariableInfo]:
         out = []
         for node in self.object_graph.nodes:
