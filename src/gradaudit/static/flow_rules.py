@@ -165,8 +165,9 @@ def _unknown_op_findings(analysis, reported: set, where) -> list:
             f"{where(ref)}: {_REASONS['unknown-op'].format(t=ref.op_type)}{origin}; it lies on the float path "
             f"from {_names(srcs)} to {_names(outs)}, so whether a gradient flows there cannot be known "
             f"(status unknown); {load} makes it known", op=ref, sources=srcs, outputs=outs,
-            fix=f"Audit with {load}, so that the op and the gradient its package registers (or does not) are "
-                "known."))
+            fix=f"Audit with {load} in an environment where that package works with this TensorFlow (a package "
+                "built for another TensorFlow version does not load), so that the op and the gradient its package "
+                "registers (or does not) are known."))
         reported.add(("unknown-op", ref))
     if idle:
         kinds = ", ".join(f"{t} ({n})" if n > 1 else t for t, n in sorted(idle.items()))
