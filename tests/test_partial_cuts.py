@@ -16,6 +16,9 @@ CASES = {
     "relu_mask": (lambda x, w: (x * w) * tf.cast(x > 0, tf.float32), None),
     "where_mask": (lambda x, w: tf.where(x > 0, x * w, 0.1 * x), None),
     "stop_gradient": (lambda x, w: x * w + tf.stop_gradient(x), ("stop-gradient", "info")),
+    # the max it shifts by is stop_gradient'ed and added back: the shift's derivative cancels exactly
+    "logsumexp": (lambda x, w: tf.reduce_logsumexp(x * w, axis=-1, keepdims=True) + 0.0 * x, None),
+    "moments": (lambda x, w: tf.nn.moments(x * w, axes=[1], keepdims=True)[1] + 0.0 * x, None),
 }
 
 

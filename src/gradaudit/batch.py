@@ -122,6 +122,10 @@ def import_tensorflow_quietly() -> None:
         # TensorFlow's Python warnings (reference variables of TF1 models, retracing) are not findings:
         # what matters reaches the report as a note or a result.
         tensorflow.get_logger().setLevel("ERROR")
+        # absl's Python logger too: loading a jax2tf export warns about its custom gradients on every call
+        import logging
+
+        logging.getLogger("absl").setLevel(logging.ERROR)
     except ImportError:
         pass  # reported where TensorFlow is used
     finally:

@@ -127,11 +127,19 @@ def _value_to_outputs(g: Dataflow, order, to_out: list[int]) -> list[int]:
     return masks
 
 
+# Name scopes of library functions whose stop_gradient changes no gradient: tf.nn.moments (batch and layer
+# normalisation) computes the variance around stop_gradient(mean), whose derivative there is zero;
+# reduce_logsumexp (TensorFlow's and TensorFlow Probability's) shifts by stop_gradient(max) and adds it back,
+# so the shift's derivative cancels exactly. Reporting them on every such model would be noise.
+_EXACT_STOP_SCOPES = ("moments", "ReduceLogSumExp", "reduce_logsumexp")
+
+
 def _exact_stop(node: OpNode) -> bool:
-    """tf.nn.moments (batch and layer normalisation) computes the variance around stop_gradient(mean):
-    the variance's derivative with respect to its mean is zero there, so that cut changes no gradient
-    and reporting it on every normalised model would be noise."""
-    return node.ref.op_type == "StopGradient" and node.ref.op_name.endswith("moments/StopGradient")
+    name = node.ref.op_name
+    if node.ref.op_type != "StopGradient" or "/" not in name:
+        return False
+    scope = name.rsplit("/", 2)[-2]
+    return any(scope == s or scope.startswith(s + "_") for s in _EXACT_STOP_SCOPES)
 
 
 def _shadowed(g: Dataflow, tiers, output_tensor: dict[int, int]) -> set[tuple[int, int]]:
