@@ -19,9 +19,10 @@ class Rule:
     doc: str
     fix: str  # the default fix hint a finding carries
     blocks_execution: bool = False  # a finding of this rule: nothing of the model runs without --allow-unsafe-ops
-    # its findings name an op that cuts gradient paths on purpose or already reported, so a numeric mismatch on
-    # that pair is what the cut does (a custom gradient is not one: it is what the numeric checks test)
-    cuts: bool = False
+    # its findings name an op that makes TensorFlow's gradient differ from the forward's derivative on purpose
+    # or already reported (a cut, a sampler), so a numeric mismatch on those pairs is expected (a custom
+    # gradient is not one: it is what the numeric checks test)
+    explains_mismatch: bool = False
     # the severity of a cut found only on a path of a pair that other paths still connect (None: as always)
     partial_severity: Severity | None = None
     probes: bool = False  # the stability probes or second-order checks find it (on a probed copy too)

@@ -10,7 +10,7 @@ NoGradient = define(
     "GA101", "no-gradient", Severity.ERROR,
     fix="Register a gradient for this op type (tf.RegisterGradient), wrap the computation in "
         "tf.custom_gradient, or replace the op with differentiable TensorFlow ops.",
-    cuts=True,
+    explains_mismatch=True,
     doc="""An op with no registered gradient lies on a path from a source to an output.
 
     ## What it does
@@ -41,7 +41,7 @@ NotDifferentiable = define(
     "GA102", "not-differentiable", Severity.ERROR,
     fix="Use a differentiable formulation, or if the cut is intended, make it explicit with "
         "tf.stop_gradient and ignore this op in the configuration.",
-    cuts=True, partial_severity=Severity.WARNING,
+    explains_mismatch=True, partial_severity=Severity.WARNING,
     doc="""An op registered with `tf.NotDifferentiable` cuts a path from a source to an output.
 
     ## What it does
@@ -68,7 +68,7 @@ ZeroGradient = define(
     "GA103", "zero-gradient", Severity.ERROR,
     fix="Use a smooth surrogate (softmax instead of argmax, a straight-through estimator "
         "x + tf.stop_gradient(tf.round(x) - x) instead of round).",
-    cuts=True, partial_severity=Severity.WARNING,
+    explains_mismatch=True, partial_severity=Severity.WARNING,
     doc="""A piecewise-constant op (argmax, round, floor, sign, ...) cuts a path: its gradient is None or zero.
 
     ## What it does
@@ -99,7 +99,7 @@ IntegerPath = define(
     "GA104", "integer-path", Severity.ERROR,
     fix="Keep the value in floating point (use tf.round / a straight-through estimator "
         "instead of a cast to int), or compute this output from float tensors.",
-    cuts=True, partial_severity=Severity.WARNING,
+    explains_mismatch=True, partial_severity=Severity.WARNING,
     doc="""A float value derived from a source is converted to an integer or bool, and the result reaches a float output.
 
     ## What it does
@@ -128,7 +128,7 @@ PyFunction = define(
     "GA105", "py-function", Severity.ERROR,
     fix="Rewrite the Python body with TensorFlow ops; a PyFunc body is not saved, so the "
         "loaded model can neither run nor differentiate it.",
-    cuts=True,
+    explains_mismatch=True,
     doc="""`tf.numpy_function` / `tf.py_function` (PyFunc, PyFuncStateless, EagerPyFunc) in the audited function.
 
     ## What it does
@@ -155,7 +155,7 @@ PyFunction = define(
 StopGradient = define(
     "GA106", "stop-gradient", Severity.INFO,
     fix="Nothing to do if the cut is intended; otherwise remove tf.stop_gradient.",
-    cuts=True,
+    explains_mismatch=True,
     doc="""`tf.stop_gradient` (StopGradient / PreventGradient) cuts a path from a source to an output.
 
     ## What it does
@@ -236,7 +236,7 @@ UnknownOp = define(
     "GA109", "unknown-op", Severity.ERROR,
     fix="Load the package or library that defines the op before auditing: --load-ops PACKAGE (a Python "
         "package such as tensorflow_text) or --load-ops path/to/ops.so (tf.load_op_library).",
-    cuts=True,
+    explains_mismatch=True,
     doc="""An op type this TensorFlow does not know lies on a float path (a custom op whose package is not loaded).
 
     ## What it does
@@ -265,7 +265,7 @@ GradientRaises = define(
     "GA110", "gradient-raises", Severity.ERROR,
     fix="Replace the op on the differentiated path, or give it a gradient that works for these attributes "
         "(tf.custom_gradient); tf.raw_ops.PreventGradient is meant to make differentiation fail.",
-    cuts=True,
+    explains_mismatch=True,
     doc="""An op's registered gradient function raises when it is called: differentiating through it fails.
 
     ## What it does
@@ -289,7 +289,37 @@ GradientRaises = define(
 )
 
 
+SamplerGradient = define(
+    "GA111", "sampler-gradient", Severity.INFO,
+    fix="Nothing to do if the sampler is meant to be differentiated (a reparameterized distribution); check "
+        "the model at its deterministic parts, or give --inputs where the sample is not needed.",
+    explains_mismatch=True,
+    doc="""A random sampler whose distribution depends on a source: its gradient is an estimator, not a derivative.
+
+    ## What it does
+    Finds random ops (`RandomGamma`, `StatelessRandomGammaV3`, multinomial and parameterized samplers)
+    with a float input that a differentiable source reaches, on a path to an output. The gradient
+    TensorFlow (or a library's saved custom gradient) gives through them is a reparameterization
+    estimator: the right gradient in expectation, but not the derivative of the output with the seed
+    held fixed, which is what finite differences measure.
+
+    ## Why is this bad?
+    It is not: it is how reparameterized samplers (TensorFlow Probability's Gamma, Beta, Dirichlet)
+    train. It is listed so that a numeric mismatch on these pairs is read as expected, not as a wrong
+    gradient.
+
+    ## Example
+    ```python
+    z = tfd.Gamma(concentration, rate).sample(seed=seed)   # StatelessRandomGammaV3 under a custom gradient
+    ```
+
+    ## Use instead
+    Keep it. A sampler whose parameters need no gradient can take `tf.stop_gradient` on them.
+    """,
+)
+
+
 RULES: tuple[Rule, ...] = (
     NoGradient, NotDifferentiable, ZeroGradient, IntegerPath, PyFunction, StopGradient,
-    CustomGradient, DisconnectedSource, UnknownOp, GradientRaises,
+    CustomGradient, DisconnectedSource, UnknownOp, GradientRaises, SamplerGradient,
 )

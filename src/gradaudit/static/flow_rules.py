@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..flow import PYFUNC_OPS
 from ..graph.dtypes import carries_gradient, dtype_name
 from ..model import Severity
-from ..rules.flow import RULES, CustomGradient, DisconnectedSource, PyFunction, UnknownOp
+from ..rules.flow import RULES, CustomGradient, DisconnectedSource, PyFunction, SamplerGradient, UnknownOp
 
 # Op type prefixes of well-known op libraries: the package --load-ops should import.
 OP_PACKAGES: tuple[tuple[str, str], ...] = (
@@ -122,6 +122,7 @@ def check(analysis) -> list:
                 reported.add(("custom-gradient", ref))
 
     findings += _unknown_op_findings(analysis, reported, where)
+    findings += _sampler_findings(analysis, where)
 
     out_value = 0
     for t in analysis.output_tensor.values():
@@ -177,4 +178,58 @@ def _unknown_op_findings(analysis, reported: set, where) -> list:
             f"unused paths and decide no gradient: {kinds}"
             + (f" (from {', '.join(packages)})" if packages else ""), severity=Severity.INFO,
             fix="Nothing to do for the gradient; --load-ops PACKAGE lets the numeric checks run the model."))
+    return findings
+
+
+_SAMPLER_WORDS = ("Random", "Multinomial", "TruncatedNormal")
+
+
+def _is_random(op_type: str) -> bool:
+    return any(w in op_type for w in _SAMPLER_WORDS) and not op_type.endswith("Grad")
+
+
+def _sampler_findings(analysis, where) -> list:
+    """Gradients through random draws: a sampler whose distribution a source sets (`RandomGamma`'s alpha), or a
+    custom gradient over a value drawn at random (TensorFlow Probability's rejection samplers). Either is a
+    reparameterization estimator, not the derivative of the output with the seed held fixed, which is what
+    finite differences measure."""
+    from ..graph.dataflow import VALUE
+    from ..graph.reach import forward_masks
+
+    g = analysis.graph
+    random_outputs = {o: 1 for node in g.ops.values() if _is_random(node.ref.op_type) for o in node.outputs}
+    if not random_outputs:
+        return []
+    drawn = forward_masks(g, random_outputs, VALUE)  # 1 where a value depends on a random draw
+    connected = {(e.source, e.output) for e in analysis.flow if e.status == "connected"}
+    findings, seen = [], set()
+    for node in g.ops.values():
+        ref = node.ref
+        if ref in seen:
+            continue
+        if _is_random(ref.op_type):
+            ins = [t for t, _ in node.inputs if carries_gradient(g.dtype[t])]
+            src_masks, out_masks = analysis.reach_value, analysis.to_output_value
+        elif node.custom_gradient and node.custom_gradient_saved and any(
+                drawn[t] for t, f in node.inputs if f & VALUE):
+            ins = [t for t, _ in node.inputs]
+            src_masks, out_masks = analysis.reach_grad, analysis.to_output_grad
+        else:
+            continue
+        src = 0
+        for t in ins:
+            src |= src_masks[t]
+        out = 0
+        for o in node.outputs:
+            out |= out_masks[o]
+        srcs = [x for x in analysis.source_names(src) if any((x, o) in connected for o in analysis.output_names(out))]
+        outs = [o for o in analysis.output_names(out) if any((x, o) in connected for x in srcs)]
+        if srcs and outs:
+            seen.add(ref)
+            what = ("draws samples whose distribution depends on" if _is_random(ref.op_type) else
+                    f"is a custom gradient ({node.custom_gradient}) over a value drawn at random from")
+            findings.append(SamplerGradient.finding(
+                f"{where(ref)} {what} {_names(srcs)}: the gradient through it to {_names(outs)} is a "
+                "reparameterization estimator, not the derivative with the seed held fixed, so a numeric "
+                "difference on these pairs is expected", op=ref, sources=srcs, outputs=outs))
     return findings

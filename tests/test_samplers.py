@@ -1,0 +1,45 @@
+"""Gradients through random draws are reparameterization estimators: a numeric difference there is expected
+(GA111 names the sampler), never a GA201 error telling the user to fix a gradient."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import tensorflow as tf
+from helpers import save_module
+
+from gradaudit.api import AuditOptions, audit_saved_model
+
+THIRDPARTY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_models", "thirdparty")
+
+
+@pytest.mark.parametrize("name", ["tfp_gamma_rsample", "tfp_beta_rsample"])
+def test_tfp_reparameterized_samplers_pass_with_the_sampler_named(name):
+    report = audit_saved_model(os.path.join(THIRDPARTY, name), AuditOptions())
+    assert report.verdict() == "pass", [(f.code, f.severity.value, f.message) for f in report.findings]
+    samplers = [f for f in report.findings if f.rule == "sampler-gradient"]
+    assert samplers and all(f.severity.value == "info" for f in samplers)
+    assert not [f for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value == "error"]
+    assert all(n.status != "fail" for n in report.numeric)
+
+
+def test_a_sampler_whose_distribution_a_variable_sets(tmp_path):
+    class M(tf.Module):
+        def __init__(self):
+            self.alpha = tf.Variable([2.0, 3.0], name="alpha")
+
+        @tf.function(input_signature=[tf.TensorSpec([2], tf.int32, name="seed"),
+                                      tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def __call__(self, seed, x):
+            z = tf.random.stateless_gamma([4, 2], seed=seed, alpha=self.alpha)
+            return {"y": tf.reduce_mean(z, axis=0) * x}
+
+    report = audit_saved_model(save_module(M(), str(tmp_path / "g")), AuditOptions(static_only=True))
+    [f] = [f for f in report.findings if f.rule == "sampler-gradient"]
+    assert f.sources == ("alpha",) and f.outputs == ("y",)
+
+
+def test_no_sampler_finding_without_randomness(samples):
+    report = audit_saved_model(os.path.join(samples, "log1pexp_custom"), AuditOptions(static_only=True))
+    assert not [f for f in report.findings if f.rule == "sampler-gradient"]
