@@ -35,7 +35,7 @@ import functools
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf

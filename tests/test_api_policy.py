@@ -28,7 +28,8 @@ def test_policy_options_match_the_cli(samples):
         assert report.ok, kwargs
         assert CliRunner().invoke(main, [path, "--static-only", *args]).exit_code == 0, args
     suppressed = audit(path, static_only=True, ignore_ops="zero-gradient:*ArgMax*")
-    assert [f.suppressed for f in suppressed.findings if f.rule == "zero-gradient"] == ["ignore-ops zero-gradient:*ArgMax*"]
+    assert [f.suppressed for f in suppressed.findings if f.rule == "zero-gradient"] == [
+        "ignore-ops zero-gradient:*ArgMax*"]
 
 
 def test_policy_from_a_configuration_file(samples, tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 
+import example_models
 import jsonschema
 import keras
 import pytest
 
-import example_models
 import gradaudit
 from gradaudit import GradauditError, audit
 from gradaudit.report import json_report

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import tensorflow as tf
+from helpers import save_module
 
 from gradaudit.api import AuditOptions, audit_saved_model
-from helpers import save_module
 
 
 def test_partial_stop_gradient_mismatch_is_explained(tmp_path):

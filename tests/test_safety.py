@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import tensorflow as tf
-
 from helpers import save_module
+
 from gradaudit.api import AuditOptions, audit_saved_model
 
 

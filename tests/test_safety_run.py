@@ -11,10 +11,10 @@ import stat
 import pytest
 import tensorflow as tf
 from click.testing import CliRunner
+from helpers import save_module
 
 from gradaudit.api import AuditOptions, audit_saved_model
 from gradaudit.cli import main
-from helpers import save_module
 
 
 def writer_model(path: str, target: str) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import tensorflow as tf
-
 from helpers import save_module
+
 from gradaudit.api import AuditOptions, audit_saved_model
 
 X = tf.TensorSpec([None, 4], tf.float32, name="x")

@@ -7,11 +7,10 @@ import glob
 import os
 
 import pytest
+from truth import compared, contradictions, recorded_truth, tape_truth
 
 from gradaudit.api import AuditOptions, audit_saved_model
 from gradaudit.targets.saved_model import SavedModelFile
-
-from truth import compared, contradictions, recorded_truth, tape_truth
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THIRDPARTY = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(ROOT, "sample_models", "thirdparty", "*",

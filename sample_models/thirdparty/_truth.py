@@ -14,7 +14,8 @@ For every signature given and every (source, float output) pair it records
 * ``"none"``: ``tape.gradient`` returns None (no path TensorFlow can differentiate),
 * ``"error: <message>"``: calling the model under the tape or taking the gradient raised.
 
-Method: ``tf.saved_model.load`` in a fresh child process (TensorFlow only, no library imported); a fresh non-persistent tape per gradient; float signature inputs are
+Method: ``tf.saved_model.load`` in a fresh child process (TensorFlow only, no library imported); a fresh
+non-persistent tape per gradient; float signature inputs are
 watched; trainable variables are those captured by the signature's concrete function (named by their
 ``SavedVariable.name`` in the object graph, as gradaudit names them); each output is projected on a
 fixed random cotangent (never on ones: the gradient of ``sum(softmax(x))`` is exactly zero).
@@ -120,7 +121,7 @@ def signature_truth(export_dir, signature_key, inputs, seed=0, second_order=True
                         tape.watch(feed[k])
                     loss = tf.reduce_sum(sig(**feed)[out] * cotangents[out])
                 truth = _status(tape.gradient(loss, target))
-            except Exception as exc:  # noqa: BLE001 - the truth records what TensorFlow raised
+            except Exception as exc:
                 truth = _message(exc)
             rows.append({"source": src, "kind": kind, "output": out, "truth": truth})
             if second_order:
@@ -169,7 +170,7 @@ def _second_order(sig, feed, target, out, cotangent):
                 g = tf.convert_to_tensor(g)
             dot = tf.reduce_sum(g * v)
         return _status(outer.gradient(dot, target))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return _message(exc)
 
 

@@ -5,7 +5,8 @@ Run with the system python3 (TensorFlow 2.21) and a C++ compiler::
     python3 sample_models/thirdparty/build_customop.py [OUT_DIR]    # default: sample_models/thirdparty
 
 It compiles tests/ops_pkg/gradaudit_testops/ops.cc into a temporary folder (or uses $GRADAUDIT_TESTOPS_SO),
-imports gradaudit_testops, writes OUT_DIR/customop_{float,nograd,string,custom_gradient}/ and their truth.json. These models
+imports gradaudit_testops, writes OUT_DIR/customop_{float,nograd,string,custom_gradient}/ and their truth.json.
+These models
 load only once the library is loaded (``tf.saved_model.load`` fails with "Op type not registered 'GaScale'"
 in a plain TensorFlow).
 

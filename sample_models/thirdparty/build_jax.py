@@ -27,7 +27,7 @@ import tensorflow as tf
 from jax.experimental import jax2tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _truth import table, write_truth  # noqa: E402
+from _truth import table, write_truth
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARY = {"name": "jax", "version": jax.__version__, "jaxlib": importlib.metadata.version("jaxlib"),

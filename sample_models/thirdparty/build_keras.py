@@ -14,12 +14,12 @@ import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _truth import signature_truth, table, write_truth  # noqa: E402
+from _truth import signature_truth, table, write_truth
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARY = {"name": "keras", "version": keras.__version__}

@@ -4,7 +4,8 @@ Run with the system python3 (TensorFlow 2.21)::
 
     python3 sample_models/thirdparty/build_plain.py [OUT_DIR]     # default: sample_models/thirdparty
 
-Writes OUT_DIR/<name>/ (SavedModel, truth.json and, for signature models, inputs.npz) for each model in MODELS. truth.json is what
+Writes OUT_DIR/<name>/ (SavedModel, truth.json and, for signature models, inputs.npz) for each model in MODELS.
+truth.json is what
 ``tf.GradientTape`` says on the loaded model (see truth.py), on the inputs recorded in it.
 """
 

@@ -18,12 +18,12 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _truth import signature_truth, table, write_truth  # noqa: E402
+from _truth import signature_truth, table, write_truth
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARY = {"name": "tf-keras", "version": keras.__version__}

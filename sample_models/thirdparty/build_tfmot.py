@@ -16,13 +16,13 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tfmot works on tf-keras (Keras 2), not Keras 3
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tensorflow_model_optimization as tfmot  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import numpy as np
+import tensorflow as tf
+import tensorflow_model_optimization as tfmot
+import tf_keras as keras
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _truth import table, write_truth  # noqa: E402
+from _truth import table, write_truth
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARY = {"name": "tensorflow-model-optimization", "version": tfmot.__version__,

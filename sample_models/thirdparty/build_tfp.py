@@ -18,7 +18,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _truth import table, write_truth  # noqa: E402
+from _truth import table, write_truth
 
 tfd = tfp.distributions
 HERE = os.path.dirname(os.path.abspath(__file__))

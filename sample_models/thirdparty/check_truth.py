@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _truth import signature_truth  # noqa: E402
+from _truth import signature_truth
 
 
 def _rows(rows):
@@ -51,7 +51,7 @@ if __name__ == "__main__":
     for p in sys.argv[1:]:
         try:
             doc, diffs = check(p)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             print(f"{p}: FAILED to load or run: {type(exc).__name__}: {exc}")
             bad += 1
             continue

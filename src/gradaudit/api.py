@@ -9,7 +9,6 @@ from .errors import GradauditError, InternalError
 from .model import Report, Target
 from .progress import say
 
-
 # What a parsed but inconsistent graph raises inside the static pass (dangling references, missing
 # outputs, wrong attribute kinds): reported as a load error, exit 2.
 MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError, MemoryError,
@@ -44,7 +43,7 @@ def _rules_check(analysis, report: Report) -> list:
     for check in STATIC_CHECKS:
         try:
             findings.extend(check(analysis))
-        except Exception as exc:  # noqa: BLE001 - said to be ours, with the report as far as it got
+        except Exception as exc:
             report.findings = findings
             raise InternalError(f"running the static rules ({check.__module__}.{check.__name__})", exc,
                                 report) from exc
@@ -79,7 +78,7 @@ def _guard(stage: str, report: Report, run) -> None:
         if isinstance(exc, InternalError):
             exc.with_report(report)
         raise
-    except Exception as exc:  # noqa: BLE001 - said to be ours, with the report as far as it got
+    except Exception as exc:
         raise InternalError(stage, exc, report) from exc
 
 

@@ -9,8 +9,9 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from .errors import GradauditError
 from .model import Finding, Report

@@ -6,9 +6,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from .api import AuditOptions, audit, audit_saved_model, signature_keys
 from .errors import GradauditError, InternalError
@@ -78,7 +78,7 @@ def audit_model(path: str, options: AuditOptions, all_signatures: bool = False, 
             raise
         partial = (exc.report,) if exc.report is not None else ()
         return ModelAudit(path, partial, AuditFailure(path, f"{path}: {exc} (--debug shows the traceback)"))
-    except Exception as exc:  # noqa: BLE001 - one model's crash must not hide the other models' results
+    except Exception as exc:
         if debug:
             raise
         err = InternalError("auditing the model", exc)

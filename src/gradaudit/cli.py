@@ -45,8 +45,8 @@ class DefaultGroup(click.Group):
 
 
 def _version() -> str:
-    from .version import __version__
     from .batch import import_tensorflow_quietly
+    from .version import __version__
 
     import_tensorflow_quietly()
     try:
@@ -211,7 +211,8 @@ _PATH = click.Path(dir_okay=False)
                    "library (tf.load_op_library) before the audit, so its custom ops and gradients are known. "
                    "Repeatable. Runs that code: command line or configuration file only.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks.")
-def audit_command(models, recursive, jobs, shard, html_path, tags, signature, all_signatures, static_only, select, ignore,
+def audit_command(models, recursive, jobs, shard, html_path, tags, signature, all_signatures, static_only, select,
+                  ignore,
                   ignore_ops, baseline, write_baseline, fail_on, exit_zero, fmt, output, json_path, sarif_path,
                   junit_path, markdown_path, seed, batch_size, dim, shapes, inputs_file, order, probe_scales,
                   input_specs, allow_unsafe_ops, timeout, load_ops, debug) -> None:

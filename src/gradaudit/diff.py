@@ -4,8 +4,9 @@ gradient (connected before, blocked or disconnected now) fails by default."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .baseline import _common_tail, _parts, identity
 from .model import Cut, Finding, Report

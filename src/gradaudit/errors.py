@@ -27,7 +27,7 @@ class InternalError(Exception):
     def __reduce__(self):  # crosses process boundaries (--jobs workers, the --timeout child) intact
         return (_rebuild_internal, (self.stage, self.detail, self.args, self.report))
 
-    def with_report(self, report: Any) -> "InternalError":
+    def with_report(self, report: Any) -> InternalError:
         """Keep the report as far as it got, marked incomplete: what this stage would have found is missing."""
         if self.report is None:
             self.report = report

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .graph.dataflow import CONVERT, GRAD, MAYBE, VALUE, Dataflow, DataflowBuilder, OpNode
-from .graph.gradfn import GradFnAnalyzer
 from .graph.dtypes import DT_BOOL, DT_RESOURCE, carries_gradient, dtype_name, is_float
+from .graph.gradfn import GradFnAnalyzer
 from .graph.gradients import GradientOracle, GradKind
 from .graph.reach import backward_masks, forward_masks, topological_order
 from .model import Cut, FlowEntry, OpRef, Output, Source

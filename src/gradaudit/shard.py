@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from .errors import GradauditError
 from .model import Report

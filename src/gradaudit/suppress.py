@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .baseline import Baseline, identity
 from .model import Finding, Report

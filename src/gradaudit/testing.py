@@ -6,7 +6,7 @@ mismatch that a named cut explains is expected, and with `wrt` only what concern
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from .model import Report, Severity
 

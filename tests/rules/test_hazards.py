@@ -56,7 +56,6 @@ def test_log1p_exp_with_the_forward_replaced_by_a_custom_gradient_is_not_a_lint(
 def zoo(tmp_path_factory):
     """One model, one output per variant of the patterns; a finding names the output it concerns."""
     import tensorflow as tf
-
     from helpers import save_module
 
     c = tf.constant([0.5, 1.5])
@@ -133,5 +132,5 @@ def test_where_nan_matches_the_installed_tensorflow(op_type, fn):
     x = tf.constant([0.0, 1.0])
     with tf.GradientTape() as tape:
         tape.watch(x)
-        y = tf.where(x > 0, eval(fn, {"tf": tf, "x": x}), 0.0)  # noqa: S307 - fixed strings above
+        y = tf.where(x > 0, eval(fn, {"tf": tf, "x": x}), 0.0)
     assert bool(np.isnan(tape.gradient(y, x).numpy()[0])) == (op_type in _SINGULAR)

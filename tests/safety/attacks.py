@@ -243,7 +243,8 @@ def asset_symlink(path: str, canary: str) -> str:
 
 
 ATTACKS: dict[str, tuple] = {
-    "custom_gradient_writes": (custom_gradient_writes, Attack("WriteFile", "as the saved custom gradient of IdentityN", False)),
+    "custom_gradient_writes": (custom_gradient_writes,
+                               Attack("WriteFile", "as the saved custom gradient of IdentityN", False)),
     "dataset_cache": (dataset_cache, Attack("CacheDatasetV2", "signature", False)),
     "dataset_snapshot": (dataset_snapshot, Attack("SnapshotDatasetV2", "signature", False)),
     "tfrecord_writer": (tfrecord_writer, Attack("DatasetToTFRecord", "signature", False)),

@@ -140,7 +140,8 @@ def test_an_op_this_tensorflow_does_not_know_is_not_proven_safe(tmp_path):
         f.write(sm.SerializeToString())
     report = audit_saved_model(path, AuditOptions(static_only=True))
     found = [f for f in report.findings if f.rule == "unproven-op"]
-    assert [f.op.op_type for f in found] == ["GradauditNoSuchOp"] and "not an op this TensorFlow knows" in found[0].message
+    assert [f.op.op_type for f in found] == ["GradauditNoSuchOp"]
+    assert "not an op this TensorFlow knows" in found[0].message
 
 
 def test_special_files_and_symlinks_leaving_the_folder_are_found_without_opening_them(tmp_path):
@@ -175,5 +176,6 @@ def test_a_dataset_cache_into_the_model_or_the_network_is_found(tmp_path, where,
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, [path, "--format", "json"], catch_exceptions=False)
     doc = json.loads(result.stdout)
-    assert result.exit_code == 1 and [f["op_type"] for f in doc["findings"] if f["code"] == "GA401"] == ["CacheDatasetV2"]
+    assert result.exit_code == 1
+    assert [f["op_type"] for f in doc["findings"] if f["code"] == "GA401"] == ["CacheDatasetV2"]
     assert sorted(os.listdir(os.path.join(path, "variables"))) == before and not doc["numeric"]

@@ -381,7 +381,7 @@ class DataflowBuilder:
         identity = node.op == "IdentityN"
         for k, o in enumerate(outputs):
             pseudo = g.new_node()
-            flags = {t: 0 for t in inputs}
+            flags = dict.fromkeys(inputs, 0)
             for t in ([inputs[k]] if identity and k < n_in else inputs):
                 flags[t] |= VALUE
             dead = []

@@ -12,7 +12,7 @@ DT_RESOURCE = 20
 DT_VARIANT = 21
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def carries_gradient(dtype: int) -> bool:
     """Float and complex tensors, resource handles (read by ReadVariableOp & co.) and variants
     (TensorLists in while loops) can carry a gradient; an unknown dtype is assumed to."""
@@ -29,7 +29,7 @@ def carries_gradient(dtype: int) -> bool:
     return dt.is_floating or dt.is_complex
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dtype_name(dtype: int) -> str:
     if dtype == DT_INVALID:
         return "unknown"
@@ -39,7 +39,7 @@ def dtype_name(dtype: int) -> str:
         return f"dtype{dtype}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def is_float(dtype: int) -> bool:
     """A value dtype that is floating point or complex (not resource/variant)."""
     try:

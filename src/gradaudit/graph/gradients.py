@@ -37,7 +37,7 @@ class GradInfo:
     reason: str | None = None  # why not verified, or (RAISES) TensorFlow's message
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def registry_kind(op_type: str) -> GradKind:
     try:
         fn = ops._gradient_registry.lookup(op_type)  # noqa: SLF001 - TF has no public accessor

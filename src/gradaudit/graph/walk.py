@@ -3,7 +3,7 @@ branches, dataset functions), each function visited once."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..model import OpRef
 from .dataflow import TOP

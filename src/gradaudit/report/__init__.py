@@ -5,7 +5,8 @@ run of several reports (models or signatures) and the models that could not be a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..model import Report
 from . import github, html, json_report, junit, markdown, sarif, terminal

@@ -3,7 +3,8 @@ runner turns into annotations on the model's graph file, and one plain summary l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..model import Finding, Report, Severity
 from .common import display_path, graph_file, model_label, visible, with_fix

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ..model import BlockedPath, Finding, FlowEntry, Report
 from .common import display_path, model_label, visible, where
@@ -20,8 +21,8 @@ from .common import display_path, model_label, visible, where
 if TYPE_CHECKING:
     from jinja2 import Environment
 
-    from ..model import AuditFailure
     from ..diff import Diff
+    from ..model import AuditFailure
 
 # Statuses in the order the filter lists them; a status not listed (a newer gradaudit's) follows them.
 STATUS_ORDER = ("connected", "blocked", "disconnected", "unknown")

@@ -8,9 +8,21 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from ..errors import GradauditError
-from ..model import (BlockedPath, Cut, Finding, FlowEntry, NumericResult, OpRef, Output, PathStep, Report,
-                     Severity, Source, StabilityResult, Target)
-
+from ..model import (
+    BlockedPath,
+    Cut,
+    Finding,
+    FlowEntry,
+    NumericResult,
+    OpRef,
+    Output,
+    PathStep,
+    Report,
+    Severity,
+    Source,
+    StabilityResult,
+    Target,
+)
 
 T = TypeVar("T")
 

@@ -4,7 +4,8 @@ per numeric check; a case fails when a finding at or above the threshold concern
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..model import Finding, Report
 from .common import concerns, display_path, fails, graph_file, model_label, visible, where

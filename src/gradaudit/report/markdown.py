@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..model import Finding, FlowEntry, OpRef, Report, Severity, combined_verdict
 from .common import display_path, model_label, visible

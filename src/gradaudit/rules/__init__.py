@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .base import DOC_SECTIONS, Rule
 from . import flow as _flow
 from . import hazards as _hazards
 from . import numeric as _numeric
 from . import safety as _safety
+from .base import DOC_SECTIONS, Rule
 
 ALL_RULES: tuple[Rule, ...] = (*_flow.RULES, *_numeric.RULES, *_hazards.RULES, *_safety.RULES)
 

@@ -127,7 +127,7 @@ def check(analysis) -> list:
     out_value = 0
     for t in analysis.output_tensor.values():
         out_value |= analysis.reach_value[t]
-    for i, t in analysis.source_tensor.items():
+    for i in analysis.source_tensor:
         src = analysis.sources[i]
         if src.kind == "variable" and not out_value >> i & 1:
             others = [analysis.outputs[j] for j, o in analysis.other_output_tensor.items()

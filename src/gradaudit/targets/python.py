@@ -159,7 +159,7 @@ def trace(obj: Any, label: str, input_specs: list | None = None, kind: str = "py
         return _keras_concrete(obj, label)
     owner = None
     if isinstance(obj, tf.Module) and not isinstance(obj, tf.types.experimental.GenericFunction):
-        owner, call = obj, getattr(obj, "__call__", None)
+        owner, call = obj, obj.__call__ if callable(obj) else None
         if not isinstance(call, (tf.types.experimental.GenericFunction, tf.types.experimental.ConcreteFunction)):
             raise GradauditError(f"{label}: the tf.Module's __call__ is not a tf.function")
         obj = call
