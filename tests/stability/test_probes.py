@@ -165,7 +165,8 @@ def test_scales_outside_the_dtype_are_skipped():
 
 
 def test_unlocated_op_keeps_the_probe_verdict(tmp_path):
-    """Forensics cannot differentiate a frozen While loop: the finding stands, without an op, and says so."""
+    """Forensics cannot differentiate this frozen While loop (its body reads x from outside): the finding
+    stands and names the only op on the gradient path whose backward can make the NaN, saying how."""
     import tensorflow as tf
 
     from gradaudit.api import AuditOptions, audit_saved_model
@@ -181,6 +182,7 @@ def test_unlocated_op_keeps_the_probe_verdict(tmp_path):
     path = save_module(NormInLoop(), str(tmp_path / "norm_in_loop"))
     r = audit_saved_model(path, AuditOptions(probe_scales=(0.0, 1.0)))
     f = finding(r, "unstable-gradient")
-    assert f.op is None and "could not be located" in f.message
+    assert f.op is not None and f.op.op_type == "Sqrt" and f.op.function.startswith("while_body")
+    assert "not located by differentiating a frozen copy" in f.message
     assert stability(r, "x", "y", 0.0).status == "nonfinite_gradient"
     assert any("could not be located" in n for n in r.notes)

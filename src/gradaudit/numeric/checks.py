@@ -49,7 +49,8 @@ class Settings:
     domains: Domains = field(default_factory=Domains)  # what the inputs are made for
     # a failure must also be resolved to `resolution` (its error bound that small): at the stability
     # probes' extreme points (saturated softmax, thousands of ReLU kinks per step) a merely significant
-    # discrepancy with a loose bound is truncation error the sweep could not see converge
+    # discrepancy with a loose bound is truncation error the sweep could not see converge. Only a
+    # failure is looked at again at a nearby point there (the cost of a probe point stays one sweep).
     strict: bool = False
     given: frozenset[str] = frozenset()  # inputs read from --inputs
 
@@ -310,6 +311,8 @@ class Checker:
                 _agree(attempts)
                 kinds = [a.kind for a in attempts]
                 if kinds[-1] == "pass" or kinds.count("fail") == 2 or kinds.count("surrogate") == 2:
+                    break
+                if self.s.strict and kinds[-1] != "fail":  # elsewhere, only a failure is worth a second look
                     break
             self._report(group, attempts, evaluations, u)
         finally:
