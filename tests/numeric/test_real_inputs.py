@@ -209,3 +209,24 @@ def test_thirdparty_keras_text_and_loss_models_pass_with_synthesised_inputs(audi
     r = audit_of(thirdparty(name))
     assert r.numeric and {n.status for n in r.numeric} == {"pass"}, [(n.source, n.status, n.reason) for n in r.numeric]
     assert "gradient-mismatch" not in {f.rule for f in r.findings} and r.verdict() == "pass"
+
+
+def test_lookup_table_keys_keep_zero(tmp_path):
+    """Keys of a lookup table whose values index an embedding: the embedding's rows say nothing about the
+    keys (the table's content is not read), so they are not bounded by them."""
+    import tensorflow as tf
+
+    from helpers import save_module
+
+    class M(tf.Module):
+        def __init__(self):
+            self.table = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(tf.constant([100, 200], tf.int64), tf.constant([1, 2], tf.int64)), 0)
+            self.emb = tf.Variable(np.ones((3, 2), "float32"), name="emb")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="keys")])
+        def __call__(self, keys):
+            return {"y": tf.gather(self.emb, self.table.lookup(keys))}
+
+    d = domains_of(save_module(M(), str(tmp_path / "lookup"))).inputs
+    assert d["keys"].kind == "index"

@@ -18,6 +18,9 @@ from ..model import OpRef
 DISTRIBUTION_LABELS = {"SoftmaxCrossEntropyWithLogits": 1}
 # Op type -> the input that holds indices into the table at input 0.
 GATHERS = {"GatherV2": 1, "Gather": 1, "ResourceGather": 1, "GatherNd": 1, "ResourceGatherNd": 1}
+# Keys of a lookup table: the values it returns say nothing about the keys' range, which is the table's
+# content (not read here): such an input keeps 0, as before.
+LOOKUPS = {"LookupTableFind", "LookupTableFindV2"}
 # A value compared with 0 by these is a padding mask (Keras `mask_zero=True` writes NotEqual(ids, 0)).
 MASKS = {"NotEqual", "Equal"}
 # Float ops that hand a value on unchanged: labels that pass only through them are the input itself.
@@ -42,7 +45,7 @@ class InputDomain:
         if self.kind == "distribution":
             return "rows of class probabilities (non-negative, summing to 1)"
         if self.kind == "index":
-            return "0 (a valid index into a table of unknown size)"
+            return "0 (a valid index into a table of unknown size, or a lookup-table key)"
         return f"small positive integers in [1, {COUNT_HIGH})" + (" with some padding (0)" if self.padded else "")
 
 
@@ -131,6 +134,9 @@ def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
         for node, i in _readers(g, x):
             op = node.ref.op_type
             if op in METADATA_OPS:  # its shape, not its values
+                continue
+            if op in LOOKUPS:
+                unknown_table = True
                 continue
             if GATHERS.get(op) == i:
                 rows = _table_rows(g, node.inputs[0][0], variable_shapes)
