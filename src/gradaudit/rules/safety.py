@@ -3,16 +3,16 @@ anything of the model is executed; the detection is the safety gate's (gradaudit
 
 from __future__ import annotations
 
-from ..model import Finding, OpRef, Severity
-from .base import Rule, rule
+from ..model import Severity
+from .base import Rule, define
 
 
-@rule("GA401", "unsafe-op", Severity.ERROR,
-      fix="Only run this model if you trust where it came from (--allow-unsafe-ops); remove file, "
-          "network, process and Python ops from signatures, initializers and saved gradients.",
-      blocks_execution=True)
-class UnsafeOp:
-    """An op that touches files, the network, the process or Python would run when the model is loaded or called.
+UnsafeOp = define(
+    "GA401", "unsafe-op", Severity.ERROR,
+    fix="Only run this model if you trust where it came from (--allow-unsafe-ops); remove file, "
+        "network, process and Python ops from signatures, initializers and saved gradients.",
+    blocks_execution=True,
+    doc="""An op that touches files, the network, the process or Python would run when the model is loaded or called.
 
     ## What it does
     Walks everything TensorFlow runs: the audited signature and every function reachable from it (calls,
@@ -40,14 +40,15 @@ class UnsafeOp:
 
     ## Use instead
     Keep I/O outside the model: log and save from the Python code that calls it.
-    """
+    """,
+)
 
 
-@rule("GA402", "unproven-op", Severity.WARNING,
-      fix="If you trust the model, --allow-unsafe-ops runs the numeric checks anyway; if the op is pure "
-          "computation, ask for it to be added to gradaudit's reviewed op list.", blocks_execution=True)
-class UnprovenOp:
-    """An op that is not proven harmless would run, so gradaudit ran nothing of the model.
+UnprovenOp = define(
+    "GA402", "unproven-op", Severity.WARNING,
+    fix="If you trust the model, --allow-unsafe-ops runs the numeric checks anyway; if the op is pure "
+        "computation, ask for it to be added to gradaudit's reviewed op list.", blocks_execution=True,
+    doc="""An op that is not proven harmless would run, so gradaudit ran nothing of the model.
 
     ## What it does
     Reports ops, reachable from what TensorFlow runs (see `unsafe-op`), whose type is not on gradaudit's
@@ -74,14 +75,15 @@ class UnprovenOp:
     ## Use instead
     Export the serving computation without queues, staging areas or custom ops, or pass
     `--allow-unsafe-ops` for a model you trust.
-    """
+    """,
+)
 
 
-@rule("GA403", "unsafe-asset", Severity.ERROR,
-      fix="Keep every asset a regular file inside the model's assets/ folder; never point an asset at an "
-          "absolute path, a `..` path or a symlink that leaves the folder.", blocks_execution=True)
-class UnsafeAsset:
-    """A file of the model (an asset, or any file the loader reads) lies outside the model folder or is special.
+UnsafeAsset = define(
+    "GA403", "unsafe-asset", Severity.ERROR,
+    fix="Keep every asset a regular file inside the model's assets/ folder; never point an asset at an "
+        "absolute path, a `..` path or a symlink that leaves the folder.", blocks_execution=True,
+    doc="""A file of the model (an asset, or any file the loader reads) lies outside the model folder or is special.
 
     ## What it does
     Checks, before anything is opened, every asset the meta graph lists and every entry of the model folder:
@@ -101,25 +103,8 @@ class UnsafeAsset:
 
     ## Use instead
     Copy the asset file into `assets/` when you export (tf.saved_model.save does this for `tf.saved_model.Asset`).
-    """
+    """,
+)
 
 
 RULES: tuple[Rule, ...] = (UnsafeOp, UnprovenOp, UnsafeAsset)
-
-
-def unsafe_findings(model, sig) -> list[Finding]:
-    """unsafe-op and unproven-op findings for what TensorFlow runs for `sig`, and unsafe-asset findings."""
-    from ..safety import assets, gate
-
-    findings = []
-    for v in gate.check(model, sig):
-        target = UnsafeOp if v.cls in ("io", "network", "process", "python") else UnprovenOp
-        findings.append(target.finding(
-            f"{v.op.op_type} '{v.op.op_name}' in {v.op.function} {v.why}; it runs from {v.root}", op=v.op))
-    findings.extend(UnsafeAsset.finding(p.message, op=OpRef("asset", p.name, "<assets>"))
-                    for p in assets.check(model))
-    return findings
-
-
-def check(analysis) -> list[Finding]:
-    return unsafe_findings(analysis.model, analysis.signature)

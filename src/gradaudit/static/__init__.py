@@ -4,8 +4,8 @@ rule catalog in gradaudit.rules is plain data)."""
 from __future__ import annotations
 
 from ..rules import hazards as _hazards
-from ..rules import safety as _safety
 from . import flow_rules as _flow
+from . import safety_rules as _safety
 
 # One registry, run in this order by the static pass.
 STATIC_CHECKS = (_flow.check, _safety.check, _hazards.check)

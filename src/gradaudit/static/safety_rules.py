@@ -1,0 +1,33 @@
+"""GA4xx detection: what TensorFlow would run for the audited signature, judged by the safety gate."""
+
+from __future__ import annotations
+
+from ..model import Finding, OpRef
+from ..rules.safety import UnprovenOp, UnsafeAsset, UnsafeOp
+from ..safety import assets, gate
+
+_UNSAFE = ("io", "network", "process", "python")
+
+
+def unsafe_findings(model, sig) -> list[Finding]:
+    """unsafe-op findings (one per op), unproven-op findings (one per op type: a tokenizer's ops are one
+    finding, not one per node) and unsafe-asset findings."""
+    findings = []
+    unproven: dict[str, list] = {}
+    for v in gate.check(model, sig):
+        if v.cls in _UNSAFE:
+            findings.append(UnsafeOp.finding(
+                f"{v.op.op_type} '{v.op.op_name}' in {v.op.function} {v.why}; it runs from {v.root}", op=v.op))
+        else:
+            unproven.setdefault(v.op.op_type, []).append(v)
+    for vs in unproven.values():
+        v = vs[0]
+        more = f" (and {len(vs) - 1} more op(s) of this type)" if len(vs) > 1 else ""
+        findings.append(UnprovenOp.finding(
+            f"{v.op.op_type} '{v.op.op_name}' in {v.op.function}{more} {v.why}; it runs from {v.root}", op=v.op))
+    findings.extend(UnsafeAsset.finding(p.message, op=OpRef("asset", p.name, "<assets>")) for p in assets.check(model))
+    return findings
+
+
+def check(analysis) -> list[Finding]:
+    return unsafe_findings(analysis.model, analysis.signature)
