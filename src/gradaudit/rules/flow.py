@@ -99,8 +99,7 @@ IntegerPath = define(
     fix="Keep the value in floating point (use tf.round / a straight-through estimator "
         "instead of a cast to int), or compute this output from float tensors.",
     explains_mismatch=True, partial_severity=Severity.WARNING,
-    doc="""A float value derived from a source is converted to an integer or bool, and the result reaches a float
-    output.
+    doc="""A float value from a source is converted to an integer or bool, and the result reaches a float output.
 
     ## What it does
     Follows values, not shapes: a `Cast` to an integer or a comparison producing a bool on a
