@@ -186,3 +186,12 @@ def test_keras_model_with_dict_inputs(recwarn):
 def test_findings_of_traced_functions_name_the_function():
     r = audit("example_models:argmax_head", static_only=True)
     assert r.findings[0].op.function.startswith("__inference_argmax_head")
+
+
+def test_a_file_target_python_cannot_import_is_a_usage_error(tmp_path):
+    """mypy found it: a file:attr target without a .py suffix crashed (spec_from_file_location gives None)."""
+    target = tmp_path / "sub" / "model_def"
+    target.parent.mkdir()
+    target.write_text("x = 1\n")
+    with pytest.raises(GradauditError, match="not a Python file gradaudit can import"):
+        audit(f"{target}:x", static_only=True)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .errors import GradauditError, InternalError
-from .model import Report, Target
+from .model import Finding, Report, Target
 from .progress import say
 
 # What a parsed but inconsistent graph raises inside the static pass (dangling references, missing
@@ -39,7 +40,7 @@ def _rules_check(analysis, report: Report) -> list:
     """Every static rule family; a rule that raises is gradaudit's bug, not the model's."""
     from .static import STATIC_CHECKS
 
-    findings = []
+    findings: list[Finding] = []
     for check in STATIC_CHECKS:
         try:
             findings.extend(check(analysis))
@@ -202,7 +203,7 @@ def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str
     from .isolate import ChildFailed, Timeout, run_isolated
 
     try:
-        child = run_isolated(_executed_part, (path, options, key), options.timeout)
+        child = run_isolated(_executed_part, (path, options, key), options.timeout or 0.0)
     except Timeout as exc:
         report.incomplete.append(f"numeric checks and stability probes did not finish: --timeout {exc}; "
                                  "the static report is complete")
@@ -442,8 +443,9 @@ def audit(target, *, config: str | os.PathLike | None = None, select=None, ignor
 def _audit_target(target, options: dict) -> Report:
     from .targets.python import KERAS_SUFFIXES, is_python_target, load_keras_file, resolve
 
-    opts = AuditOptions(**{k: tuple(v) if k in ("tags", "input_specs", "load_ops") and isinstance(v, list) else v
-                           for k, v in options.items()})
+    fields: dict[str, Any] = {k: tuple(v) if k in ("tags", "input_specs", "load_ops") and isinstance(v, list) else v
+                              for k, v in options.items()}
+    opts = AuditOptions(**fields)
     if opts.load_ops:
         from .custom_ops import load_ops
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 from .errors import GradauditError
@@ -101,7 +102,7 @@ def default_map(config: Config, ctx: click.Context) -> dict[str, Any]:
         if key in COMMAND_LINE_ONLY:
             raise ConfigError(f"{config.where}: {key} can only be given on the command line")
         param = options.get(key)
-        if param is None:
+        if not isinstance(param, click.Option):
             close = difflib.get_close_matches(key.replace("_", "-"), options, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; keys are: {', '.join(sorted(options))}"
             raise ConfigError(f"{config.where}: unknown key {key!r}{hint}")

@@ -185,9 +185,10 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
 
         var_tensors = {outs[n][0]: v for n, v in sig.variables.items() if n in outs and outs[n]}
     else:
-        args = builder.new_arg_tensors(sig.function)
-        rets = builder.add_function(sig.function, args)
-        fdef = model.library.functions[sig.function]
+        root = sig.function or ""
+        args = builder.new_arg_tensors(root)
+        rets = builder.add_function(root, args)
+        fdef = model.library.functions[root]
         by_name = {a.name: t for a, t in zip(fdef.signature.input_arg, args)}
         by_name |= {a.name: t for a, t in zip(fdef.signature.output_arg, rets)}
 

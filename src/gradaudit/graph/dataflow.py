@@ -78,7 +78,9 @@ class Dataflow:
 
     def consumers(self, tensor: int) -> list[tuple[int, int]]:
         """(op node, input index) pairs that read `tensor`, looking through calls, loops and branches."""
-        out, seen, stack = [], set(), [tensor]
+        out: list[tuple[int, int]] = []
+        seen: set[int] = set()
+        stack = [tensor]
         while stack:
             t = stack.pop()
             if t in seen:
@@ -361,9 +363,9 @@ class DataflowBuilder:
         g.ops[op_id] = OpNode(ref, op_inputs, list(outputs), kind, known=layout.known,
                               uncertain=uncertain if maybe else None, grad_error=grad_error)
         if op_type == "Const" and outputs:
-            value = _scalar_const(node)
-            if value is not None:
-                g.const_value[outputs[0]] = value
+            number = _scalar_const(node)
+            if number is not None:
+                g.const_value[outputs[0]] = number
 
     def _wire_custom_gradient(self, node, ref, inputs, outputs, gradient_op_type) -> None:
         """A custom gradient: output k's gradient goes to the inputs its saved gradient function
@@ -372,10 +374,11 @@ class DataflowBuilder:
         without that record, the results are taken to belong to the last inputs.
         Each output gets a node of its own, because the gradient mapping differs per output."""
         g = self.g
-        grad_fn = self.lib.registered_gradients.get(gradient_op_type)
-        saved = grad_fn is not None and grad_fn in self.lib.functions
-        deps = self.grad_fn_deps.dependencies(grad_fn) if saved and self.grad_fn_deps else None
-        if deps is not None:
+        grad_fn = self.lib.registered_gradients.get(gradient_op_type) or ""
+        saved = grad_fn in self.lib.functions
+        deps = None
+        if saved and self.grad_fn_deps is not None:
+            deps = self.grad_fn_deps.dependencies(grad_fn)
             g.gradient_graphs[grad_fn] = self.grad_fn_deps.graphs[grad_fn]
         n_in = len(inputs)
         identity = node.op == "IdentityN"

@@ -49,6 +49,8 @@ def resolve(target: str) -> Any:
                 raise GradauditError(f"{module_part}: no such file")
             name = "_gradaudit_target_" + re.sub(r"\W", "_", os.path.abspath(module_part))
             spec = importlib.util.spec_from_file_location(name, module_part)
+            if spec is None or spec.loader is None:  # a file Python cannot import (no .py suffix)
+                raise GradauditError(f"{module_part}: not a Python file gradaudit can import (expected file.py)")
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)
@@ -177,11 +179,12 @@ def trace(obj: Any, label: str, input_specs: list | None = None, kind: str = "py
         import inspect
 
         try:
-            params = inspect.signature(obj).parameters
+            params = list(inspect.signature(obj).parameters.values())
+            needs_arguments = any(p.default is inspect.Parameter.empty
+                                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
         except (TypeError, ValueError):
-            params = {"?": None}
-        if any(p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-               for p in params.values()):
+            needs_arguments = True
+        if needs_arguments:
             raise GradauditError(f"{label}: a {type(obj).__name__} that is not a tf.function, ConcreteFunction, "
                                  "tf.Module or keras.Model (a plain function must take no arguments and "
                                  "return one of these)")
