@@ -47,11 +47,11 @@ def fingerprint(finding: Finding, signature: str | None) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _parts(path: str) -> list[str]:
+def path_parts(path: str) -> list[str]:
     return [p for p in re.split(r"[\\/]+", path) if p]
 
 
-def _common_tail(a: list[str], b: list[str]) -> int:
+def common_tail(a: list[str], b: list[str]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
@@ -73,8 +73,8 @@ class Baseline:
     def keys_for(self, report: Report) -> frozenset[Key]:
         """Known keys for `report`'s model and signature. The baseline may come from another checkout, so a
         model is matched on the longest common tail of its path (`models/clf` in /ci/... and in /home/...)."""
-        mine = _parts(report.target.path)
-        scored = [(_common_tail(mine, list(e.parts)), e) for e in self.entries
+        mine = path_parts(report.target.path)
+        scored = [(common_tail(mine, list(e.parts)), e) for e in self.entries
                   if e.signature == report.target.signature]
         best = max((s for s, _ in scored), default=0)
         if best == 0:
@@ -87,7 +87,7 @@ def _entry(doc: dict[str, Any]) -> _Entry:
     keys: set[Key] = set()
     for f in doc["findings"]:
         keys |= _keys(f["code"], f.get("function"), f.get("op_name"), f.get("sources", ()), f.get("outputs", ()))
-    return _Entry(tuple(_parts(target["path"])), target.get("signature"), frozenset(keys))
+    return _Entry(tuple(path_parts(target["path"])), target.get("signature"), frozenset(keys))
 
 
 def load(path: str) -> Baseline:

@@ -287,8 +287,8 @@ def _shard(value: str | None) -> tuple[int, int] | None:
 
 
 def _since_baseline(baseline: str, reports, debug: bool):
-    from .diff import since_baseline
     from .errors import GradauditError
+    from .report.diff import since_baseline
     from .report.json_load import load
 
     try:
@@ -408,8 +408,8 @@ def diff_command(old, new, fmt, output, exit_zero, debug) -> None:
     that cuts them now), sources and outputs that appeared or disappeared, findings new or gone.
     Exit 1 when a pair lost its gradient (connected before, blocked or disconnected now)."""
     from .batch import import_tensorflow_quietly
-    from .diff import compare
     from .errors import GradauditError
+    from .report.diff import compare
     from .report.json_load import load
 
     import_tensorflow_quietly()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gradaudit.diff import compare
+from gradaudit.report.diff import compare
 from gradaudit.report import changes as changes_report
 from gradaudit.report.json_load import load
 

@@ -190,7 +190,7 @@ def test_dark_scheme_and_screenshots(browser, report_file):
 def test_changes_since_a_baseline_as_a_section(browser, tmp_path, stop_report):
     import dataclasses
 
-    from gradaudit.diff import compare
+    from gradaudit.report.diff import compare
 
     before = dataclasses.replace(stop_report, flow=[dataclasses.replace(e, status="connected", blocked_by=())
                                                     for e in stop_report.flow], findings=[])

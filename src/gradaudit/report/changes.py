@@ -6,8 +6,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..diff import Diff, ModelChanges, PairChange
 from ..model import Report
+from .diff import Diff, ModelChanges, PairChange
 from .json_report import SCHEMA_VERSION, tool_info
 
 if TYPE_CHECKING:

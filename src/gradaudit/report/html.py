@@ -21,8 +21,8 @@ from .common import display_path, model_label, visible, where
 if TYPE_CHECKING:
     from jinja2 import Environment
 
-    from ..diff import Diff
     from ..model import AuditFailure
+    from .diff import Diff
 
 # Statuses in the order the filter lists them; a status not listed (a newer gradaudit's) follows them.
 STATUS_ORDER = ("connected", "blocked", "disconnected", "unknown")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from ..model import Severity
 from .base import Rule, define
 
-
 UnsafeOp = define(
     "GA401", "unsafe-op", Severity.ERROR,
     fix="Only run this model if you trust where it came from (--allow-unsafe-ops); remove file, "

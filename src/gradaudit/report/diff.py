@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .baseline import _common_tail, _parts, identity
-from .model import Cut, Finding, Report
-from .report.common import display_path
+from ..baseline import common_tail, identity, path_parts
+from ..model import Cut, Finding, Report
+from .common import display_path
 
 LOST = ("blocked", "disconnected")  # statuses of a pair that no longer carries a gradient
 
@@ -131,8 +131,8 @@ def _match(old: Sequence[Report], new: Sequence[Report]) -> list[tuple[Report | 
     pairs: list[tuple[Report | None, Report | None]] = []
     unmatched = []
     for n in new:
-        mine = _parts(n.target.path)
-        scored = [(_common_tail(mine, _parts(o.target.path)), k) for k, o in enumerate(left)
+        mine = path_parts(n.target.path)
+        scored = [(common_tail(mine, path_parts(o.target.path)), k) for k, o in enumerate(left)
                   if o.target.signature == n.target.signature]
         best = max(scored, default=(0, -1))
         if best[0] > 0:
