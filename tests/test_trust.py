@@ -192,7 +192,7 @@ def test_an_internal_error_in_the_timeout_child_is_said_to_be_one(samples, tmp_p
     assert "RuntimeError: in the child" in str(caught.value)
 
 
-@pytest.mark.parametrize("name, args", [("qr_dynamic", []), ("customop_float", ["--allow-unsafe-ops"])])
+@pytest.mark.parametrize("name, args", [("qr_dynamic", []), ("tfdf_gbt", ["--allow-unsafe-ops"])])
 def test_tensorflow_failing_on_the_model_is_the_model_not_gradaudit(tmp_path, name, args):
     """QrGrad refuses dynamic shapes inside tape.gradient; a custom op not loaded makes tf.saved_model.load fail.
     Both are TensorFlow failing on the model: its checks could not be made (never exit 2 'internal error')."""
