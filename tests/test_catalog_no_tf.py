@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 CHECK = """
 import sys
 from click.testing import CliRunner
@@ -17,6 +19,7 @@ print("tensorflow" in sys.modules, "keras" in sys.modules)
 """
 
 
+@pytest.mark.slow
 def test_rules_and_explain_import_no_tensorflow():
     out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr

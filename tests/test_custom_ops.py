@@ -17,6 +17,8 @@ from click.testing import CliRunner
 from gradaudit.api import AuditOptions, audit_saved_model
 from gradaudit.cli import main
 
+pytestmark = pytest.mark.slow  # compiles a custom op library with g++
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THIRDPARTY = os.path.join(ROOT, "sample_models", "thirdparty")
 PKG_DIR = os.path.join(ROOT, "tests", "ops_pkg")

@@ -127,6 +127,7 @@ def test_healthy_keras_model_passes_numerically():
     assert r.ok
 
 
+@pytest.mark.slow
 def test_console_script_imports_modules_of_the_working_folder():
     import shutil
     import subprocess

@@ -80,6 +80,7 @@ def test_jobs_audit_in_worker_processes_with_the_same_result(argmax, mlp, stop):
     assert _paths(parallel[1]) == _paths(sequential[1])
 
 
+@pytest.mark.slow
 def test_the_console_script(argmax):
     script = shutil.which("gradaudit") or pytest.skip("console script not installed")
     done = subprocess.run([script, str(argmax), "--static-only", "--format", "sarif"], capture_output=True,

@@ -19,6 +19,8 @@ from numpy.lib import format as npy
 
 from gradaudit.cli import main
 
+pytestmark = pytest.mark.slow  # memory-limited child processes
+
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> str:

@@ -12,6 +12,8 @@ import time
 import pytest
 import tensorflow as tf
 
+pytestmark = pytest.mark.slow  # signals sent to gradaudit processes
+
 
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory) -> str:
