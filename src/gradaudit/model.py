@@ -25,6 +25,16 @@ class OpRef:
     op_name: str
     function: str
 
+    @property
+    def short(self) -> str:
+        """`Type 'name'`: how findings and reports name an op."""
+        return f"{self.op_type} '{self.op_name}'"
+
+    @property
+    def label(self) -> str:
+        """`Type 'name' in function`: an op and where it is."""
+        return f"{self.short} in {self.function}"
+
 
 @dataclass(frozen=True)
 class Finding:

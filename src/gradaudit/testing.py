@@ -29,10 +29,10 @@ def _flow_problems(report: Report, wrt: list[str]) -> list[str]:
         entries = [e for e in report.flow if e.source == name]
         for e in entries:
             if e.status == "blocked":
-                cuts = ", ".join(f"{c.op.op_type} '{c.op.op_name}' ({c.rule})" for c in e.blocked_by)
+                cuts = ", ".join(f"{c.op.short} ({c.rule})" for c in e.blocked_by)
                 lines.append(f"{name} -> {e.output}: blocked by {cuts or 'an op not named'}")
             elif e.status == "unknown":
-                ops = ", ".join(f"{r.op_type} '{r.op_name}'" for r in e.unknown_by)
+                ops = ", ".join(r.short for r in e.unknown_by)
                 lines.append(f"{name} -> {e.output}: unknown, its path runs through {ops} (see --load-ops)")
         if entries and all(e.status == "disconnected" for e in entries):
             lines.append(f"{name}: reaches no output")

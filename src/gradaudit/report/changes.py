@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def _cuts(p: PairChange) -> str:
-    return ", ".join(f"{c.op.op_type} '{c.op.op_name}' ({c.rule})" for c in p.cuts)
+    return ", ".join(f"{c.op.short} ({c.rule})" for c in p.cuts)
 
 
 def _pair(p: PairChange) -> str:

@@ -51,7 +51,7 @@ def model_label(report: Report) -> str:
 
 def where(finding: Finding) -> str:
     op = finding.op
-    return f"{op.op_type} '{op.op_name}' in {op.function}" if op else ""
+    return op.label if op else ""
 
 
 def with_fix(finding: Finding) -> str:

@@ -156,9 +156,9 @@ def layer_of(name: str) -> str:
 def _cell_title(entry: FlowEntry) -> str:
     text = f"{entry.source} → {entry.output}: {entry.status}"
     if entry.blocked_by:
-        text += " by " + "; ".join(f"{c.op.op_type} '{c.op.op_name}' ({c.rule})" for c in entry.blocked_by)
+        text += " by " + "; ".join(f"{c.op.short} ({c.rule})" for c in entry.blocked_by)
     if entry.unknown_by:
-        text += " at " + "; ".join(f"{r.op_type} '{r.op_name}'" for r in entry.unknown_by)
+        text += " at " + "; ".join(r.short for r in entry.unknown_by)
     return text
 
 

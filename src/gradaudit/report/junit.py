@@ -60,7 +60,7 @@ def _suite(report: Report, fail_on: str) -> ET.Element:
 
     for e in report.flow:
         mine = [f for f in report.findings if id(f) not in placed and concerns(f, e.source, e.output)]
-        cuts = ", ".join(f"{c.op.op_type} '{c.op.op_name}' in {c.op.function} ({c.rule})" for c in e.blocked_by)
+        cuts = ", ".join(f"{c.op.label} ({c.rule})" for c in e.blocked_by)
         skip = "no path from this source to this output" if e.status == "disconnected" else None
         _case(suite, f"{label}.flow", f"{e.source} -> {e.output}", file, mine, fail_on,
               [f"flow: blocked by {cuts}" if cuts else f"flow: {e.status}"], skipped=skip)

@@ -197,7 +197,7 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str]) -> tu
         if cut is not None:
             # a sampler's estimator cannot be judged by differences at a fixed seed: inconclusive, not a fail
             n = replace(n, status="inconclusive" if cut.rule == "sampler-gradient" else n.status,
-                        reason=f"expected: {cut.op.op_type} '{cut.op.op_name}' ({cut.rule}) explains it",
-                        expected_by=f"{cut.op.op_type} '{cut.op.op_name}' ({cut.rule})")
+                        reason=f"expected: {cut.op.short} ({cut.rule}) explains it",
+                        expected_by=f"{cut.op.short} ({cut.rule})")
         out_numeric.append(n)
     return out_findings, out_numeric

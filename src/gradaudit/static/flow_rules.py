@@ -75,7 +75,7 @@ def check(analysis) -> list:
     reported: set[tuple[str, object]] = set()
 
     def where(ref) -> str:
-        return f"{ref.op_type} '{ref.op_name}' in {ref.function}"
+        return ref.label
 
     for ref, cut in analysis.cuts.items():
         pairs = cut.blocked_pairs | cut.partial_pairs

@@ -17,14 +17,14 @@ def unsafe_findings(model, sig) -> list[Finding]:
     for v in gate.check(model, sig):
         if v.cls in _UNSAFE:
             findings.append(UnsafeOp.finding(
-                f"{v.op.op_type} '{v.op.op_name}' in {v.op.function} {v.why}; it runs from {v.root}", op=v.op))
+                f"{v.op.label} {v.why}; it runs from {v.root}", op=v.op))
         else:
             unproven.setdefault(v.op.op_type, []).append(v)
     for vs in unproven.values():
         v = vs[0]
         more = f" (and {len(vs) - 1} more op(s) of this type)" if len(vs) > 1 else ""
         findings.append(UnprovenOp.finding(
-            f"{v.op.op_type} '{v.op.op_name}' in {v.op.function}{more} {v.why}; it runs from {v.root}", op=v.op))
+            f"{v.op.label}{more} {v.why}; it runs from {v.root}", op=v.op))
     findings.extend(UnsafeAsset.finding(p.message, op=OpRef("asset", p.name, "<assets>")) for p in assets.check(model))
     return findings
 
