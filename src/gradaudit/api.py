@@ -54,12 +54,15 @@ def _rules_check(analysis, report: Report) -> list:
 def _static_report(model, sig, target: Target) -> tuple[Report, object]:
     """The static pass on any target: flow, then every static rule family."""
     from .flow import analyse
+    from .graph.dataflow import GraphTooLarge
     from .graph.gradients import GradientOracle
     from .paths import blocked_paths
 
     say("static pass: gradient flow")
     try:
         analysis = analyse(model, sig, GradientOracle())
+    except GraphTooLarge as exc:
+        raise GradauditError(f"{target.path}: the static pass cannot analyse {target.signature!r}: {exc}") from None
     except MALFORMED as exc:  # a protobuf that parses but does not describe a consistent graph
         detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise GradauditError(f"{target.path}: malformed model, the graph of {target.signature!r} cannot be "

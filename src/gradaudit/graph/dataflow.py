@@ -159,6 +159,10 @@ def _scalar_const(node) -> float | None:
     return float(value.reshape(()))
 
 
+class GraphTooLarge(Exception):
+    """The inlined graph would exceed the node budget: the static pass cannot analyse this model."""
+
+
 class GradientDependencies(Protocol):
     """What the builder asks of a saved gradient function (graph/gradfn.py answers it)."""
 
@@ -225,7 +229,8 @@ class DataflowBuilder:
                 for t, shape in zip(outs[node.name], node.attr["_output_shapes"].list.shape):
                     g.shape[t] = shape
         if len(g.dtype) > self.max_nodes:
-            raise MemoryError("graph too large to inline")
+            raise GraphTooLarge(f"inlining its function calls exceeds the static pass's budget of "
+                                f"{self.max_nodes:,} nodes (a function called from many places is inlined at each)")
         if unknown:
             self._dtypes_from_consumers(nodes, outs, layouts, in_function)
         for node in nodes:
