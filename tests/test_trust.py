@@ -208,3 +208,35 @@ def test_a_variable_another_entry_point_uses_is_not_unused():
     report = audit_saved_model(os.path.join(THIRDPARTY, "no_signatures"), AuditOptions(static_only=True,
                                                                                        signature="encode"))
     assert not [f for f in report.findings if f.rule == "disconnected-source"]
+
+
+def test_checks_that_decide_nothing_make_the_audit_incomplete(tmp_path):
+    """Every check inconclusive (the output is NaN at the synthesised point: log of a negative input) is not a
+    pass: the report says which sources were never decided and how to give real inputs."""
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable([1.5, 0.5], name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": tf.math.log(x - 100.0) * self.w}
+
+    path = save_module(M(), str(tmp_path / "m"))
+    report = audit_saved_model(path, AuditOptions())
+    assert report.verdict() == "incomplete", [(n.source, n.status, n.reason) for n in report.numeric]
+    assert any("could decide" in line and "w" in line for line in report.incomplete)
+    import numpy as np
+
+    np.savez(tmp_path / "in.npz", x=np.full((2, 2), 150.0, np.float32))
+    report = audit_saved_model(path, AuditOptions(inputs_file=str(tmp_path / "in.npz")))
+    assert report.verdict() == "pass" and not report.incomplete
+
+
+def test_an_inputs_file_numpy_cannot_read_is_a_usage_error(samples, tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "bad.npz", x=np.array([["a"] * 8] * 2))  # the right shape, strings
+    result = CliRunner().invoke(main, [os.path.join(samples, "mlp"), "--inputs", str(tmp_path / "bad.npz")])
+    assert result.exit_code == 2 and "internal error" not in result.stderr, result.stderr
+    assert "--inputs" in result.stderr

@@ -87,13 +87,43 @@ def _guard(stage: str, report: Report, run) -> None:
 
 
 def _not_checked(report: Report) -> None:
-    """Requested checks that could not run make the audit incomplete: one line per kind of check."""
+    """Requested checks that could not run, or ran without deciding anything, make the audit incomplete: one
+    line per kind of check."""
+    lines = []
     errors = [n for n in report.numeric if n.status == "error"]
     if errors:
         first = next((n.reason for n in errors if n.reason), "no reason given")
-        line = f"{len(errors)} numeric check(s) could not run (first: {first})"
-        if line not in report.incomplete:
-            report.incomplete.append(line)
+        lines.append(f"{len(errors)} numeric check(s) could not run (first: {first})")
+    undecided = _undecided_sources(report)
+    if undecided:
+        why = next((n.reason for n in report.numeric if n.source in undecided and n.reason), None)
+        hint = "" if why and ("--inputs" in why or "nondeterministic" in why) else "; pass real examples with --inputs"
+        lines.append(f"no numeric check could decide the gradient of {', '.join(undecided)}"
+                     + (f" ({why})" if why else "") + hint)
+    report.incomplete.extend(line for line in lines if line not in report.incomplete)
+
+
+def _undecided_sources(report: Report) -> list[str]:
+    """Differentiable sources with a connected output that numeric checks ran for, none of which decided
+    (pass, fail, or a difference a named cut or sampler explains): inconclusive everywhere, or not reported."""
+    from .numeric import ALL_VARIABLES
+
+    if not report.numeric or all(n.status == "error" for n in report.numeric):
+        return []
+    variables = {s.name for s in report.sources if s.kind == "variable"}
+    connected = {e.source for e in report.flow if e.status == "connected"}
+    decided: set[str] = set()
+    checked: set[str] = set()
+    for n in report.numeric:
+        names = variables if n.source == ALL_VARIABLES else {n.source}
+        if n.status != "skipped":
+            checked |= names
+        if n.status in ("pass", "fail") or n.expected_by:
+            decided |= names
+    for f in report.findings:  # a straight-through estimator found: the check did decide what the gradient is
+        if f.rule == "surrogate-gradient":
+            decided |= variables if ALL_VARIABLES in f.sources else set(f.sources)
+    return sorted((checked & connected) - decided)
 
 
 def _check_inputs(sig, options: AuditOptions) -> None:
@@ -118,6 +148,8 @@ def _check_inputs(sig, options: AuditOptions) -> None:
                    shapes=options.shapes, inputs_file=options.inputs_file)
     except InputError as exc:
         raise GradauditError(str(exc)) from None
+    except (ValueError, TypeError) as exc:  # an array numpy cannot read as the input's dtype
+        raise GradauditError(f"--inputs {options.inputs_file}: {exc}") from None
 
 
 def _may_execute(report: Report, options: AuditOptions) -> bool:
@@ -208,8 +240,8 @@ def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str
     try:
         child = run_isolated(_executed_part, (path, options, key), options.timeout or 0.0)
     except Timeout as exc:
-        report.incomplete.append(f"numeric checks and stability probes did not finish: --timeout {exc}; "
-                                 "the static report is complete")
+        report.incomplete.append(f"numeric checks and stability probes did not finish within --timeout "
+                                 f"{options.timeout:g} s; the static report is complete")
         return
     except ChildFailed as exc:
         report.incomplete.append(f"numeric checks and stability probes did not finish: {exc}; the static "
