@@ -43,3 +43,28 @@ def test_a_sampler_whose_distribution_a_variable_sets(tmp_path):
 def test_no_sampler_finding_without_randomness(samples):
     report = audit_saved_model(os.path.join(samples, "log1pexp_custom"), AuditOptions(static_only=True))
     assert not [f for f in report.findings if f.rule == "sampler-gradient"]
+
+
+def test_a_wrong_custom_gradient_after_a_random_draw_still_fails(tmp_path):
+    """z = mu + exp(log_sigma) * eps(seed) + x, then a custom square whose gradient is 3z instead of 2z: the
+    draw happens before the custom gradient, which is an ordinary (wrong) one."""
+
+    @tf.custom_gradient
+    def sq(z):
+        return z * z, lambda dy: dy * 3.0 * z
+
+    class M(tf.Module):
+        def __init__(self):
+            self.mu = tf.Variable([0.3, -0.2], name="mu")
+            self.log_sigma = tf.Variable([-1.0, -0.5], name="log_sigma")
+
+        @tf.function(input_signature=[tf.TensorSpec([2], tf.int32, name="seed"),
+                                      tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def __call__(self, seed, x):
+            eps = tf.random.stateless_normal(tf.shape(x), seed=seed)
+            return {"y": sq(self.mu + tf.exp(self.log_sigma) * eps + x)}
+
+    report = audit_saved_model(save_module(M(), str(tmp_path / "vae")), AuditOptions())
+    assert not [f for f in report.findings if f.rule == "sampler-gradient"]
+    assert report.verdict() == "fail"
+    assert [f for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value == "error"]

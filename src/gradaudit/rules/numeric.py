@@ -189,7 +189,9 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str]) -> tu
             else None
         if cut is not None:
             f = replace(f, severity=Severity.INFO, message=f"{f.message.rstrip('.')}. Expected: {cut.op.op_type} "
-                        f"'{cut.op.op_name}' explains it ({cut.code} {cut.rule}: {get_rule(cut.rule).summary})")
+                        f"'{cut.op.op_name}' explains it ({cut.code} {cut.rule}: {get_rule(cut.rule).summary})",
+                        fix=f"Nothing to do if {cut.op.short} is intended: the difference is what it does "
+                            f"(see {cut.code}).")
         out_findings.append(f)
     out_numeric = []
     for n in numeric:

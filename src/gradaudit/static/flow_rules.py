@@ -188,6 +188,27 @@ def _is_random(op_type: str) -> bool:
     return any(w in op_type for w in _SAMPLER_WORDS) and not op_type.endswith("Grad")
 
 
+def _draws_inside(g, node, drawn: list[int]) -> bool:
+    """Whether a custom gradient replaces the derivative of a computation that draws at random: a random op
+    that its arguments (a seed, a distribution's parameters) feed, whose draw reaches the forward result it
+    differentiates. A custom gradient applied to a value drawn earlier (z = mu + sigma * eps; f(z)) is an
+    ordinary one: the forward is smooth in z with the seed held fixed."""
+    from ..graph.dataflow import VALUE
+    from ..graph.reach import forward_masks
+
+    results = [t for t, f in node.inputs if f & VALUE]
+    if not any(drawn[t] for t in results):
+        return False
+    args = {t: 1 for t, f in node.inputs if not f & VALUE}
+    from_args = forward_masks(g, args, VALUE)
+    inside = {o: 1 for op_id, op in g.ops.items() if _is_random(op.ref.op_type) and from_args[op_id]
+              for o in op.outputs}
+    if not inside:
+        return False
+    drawn_inside = forward_masks(g, inside, VALUE)
+    return any(drawn_inside[t] for t in results)
+
+
 def _sampler_findings(analysis, where) -> list:
     """Gradients through random draws: a sampler whose distribution a source sets (`RandomGamma`'s alpha), or a
     custom gradient over a value drawn at random (TensorFlow Probability's rejection samplers). Either is a
@@ -210,8 +231,7 @@ def _sampler_findings(analysis, where) -> list:
         if _is_random(ref.op_type):
             ins = [t for t, _ in node.inputs if carries_gradient(g.dtype[t])]
             src_masks, out_masks = analysis.reach_value, analysis.to_output_value
-        elif node.custom_gradient and node.custom_gradient_saved and any(
-                drawn[t] for t, f in node.inputs if f & VALUE):
+        elif node.custom_gradient and node.custom_gradient_saved and _draws_inside(g, node, drawn):
             ins = [t for t, _ in node.inputs]
             src_masks, out_masks = analysis.reach_grad, analysis.to_output_grad
         else:
