@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import tensorflow as tf
 from helpers import save_module
 
@@ -24,3 +25,29 @@ def test_partial_stop_gradient_mismatch_is_explained(tmp_path):
     assert mismatch.severity.value == "info" and "StopGradient" in mismatch.message
     assert report.verdict() == "pass"
     assert next(n for n in report.numeric if n.source == "w").status == "pass"
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_cut_on_one_output_explains_only_that_output(tmp_path, wrong):
+    """`target = h + stop_gradient(tanh(h))` beside `main`: the cut explains target's difference and is checked
+    apart, so it neither fails a healthy main nor excuses a wrong custom gradient on main."""
+
+    @tf.custom_gradient
+    def sq(z):
+        return z * z, lambda dy: dy * (3.0 if wrong else 2.0) * z
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable([1.0, 2.0], name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def __call__(self, x):
+            h = x * self.w
+            return {"main": sq(h), "target": h + tf.stop_gradient(tf.tanh(h))}
+
+    report = audit_saved_model(save_module(M(), str(tmp_path / "m")), AuditOptions())
+    main = [n for n in report.numeric if n.output == "main" and n.scale is None]
+    target = [n for n in report.numeric if n.output == "target" and n.scale is None]
+    assert main and target and all(n.expected_by for n in target if n.status == "fail")
+    assert {n.status for n in main} == ({"fail"} if wrong else {"pass"})
+    assert report.verdict() == ("fail" if wrong else "pass")

@@ -10,6 +10,8 @@ from .errors import GradauditError, InternalError
 from .model import Finding, Report, Target
 from .progress import say
 
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "double"})
+
 # What a parsed but inconsistent graph raises inside the static pass (dangling references, missing
 # outputs, wrong attribute kinds): reported as a load error, exit 2.
 MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError, MemoryError,
@@ -174,7 +176,8 @@ def _finish(report: Report) -> Report:
 
     if report.numeric:
         variables = {s.name for s in report.sources if s.kind == "variable"}
-        report.findings, report.numeric = explain_mismatches(report.findings, report.numeric, variables)
+        floats = tuple(o.name for o in report.outputs if o.dtype in FLOAT_DTYPES)
+        report.findings, report.numeric = explain_mismatches(report.findings, report.numeric, variables, floats)
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
                                         f.op.op_name if f.op else "", f.message))
     return report

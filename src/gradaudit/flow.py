@@ -298,7 +298,10 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
                 kv[0].function, kv[0].op_name)) if (i, j) in c.blocked_pairs)
             unknown_by = tuple(sorted((ref for ref, u in uncertain.items() if (i, j) in u.pairs),
                                       key=lambda r: (r.function, r.op_name)))
-            flow.append(FlowEntry(sources[i].name, outputs[j].name, status[i, j], blocked_by, unknown_by))
+            partial_by = tuple(Cut(ref, c.rule) for ref, c in sorted(cuts.items(), key=lambda kv: (
+                kv[0].function, kv[0].op_name)) if (i, j) in c.partial_pairs and status[i, j] == "connected")
+            flow.append(FlowEntry(sources[i].name, outputs[j].name, status[i, j], blocked_by, unknown_by,
+                                  partial_by))
 
     captured = {v.name for v in sig.variables.values()}
     uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]

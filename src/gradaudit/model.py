@@ -115,10 +115,15 @@ class FlowEntry:
     status: str
     blocked_by: tuple[Cut, ...] = ()
     unknown_by: tuple[OpRef, ...] = ()  # for "unknown": the ops that make it so
+    # for "connected": cuts on some of the pair's paths while others carry the gradient (its gradient leaves
+    # those paths out, so it differs from the derivative of the value on purpose or by mistake)
+    partial_by: tuple[Cut, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"source": self.source, "output": self.output, "status": self.status,
                              "blocked_by": [c.to_dict() for c in self.blocked_by]}
+        if self.partial_by:
+            d["partial_by"] = [c.to_dict() for c in self.partial_by]
         if self.status == "unknown":
             d["unknown_by"] = [{"op_type": r.op_type, "op_name": r.op_name, "function": r.function}
                                for r in self.unknown_by]

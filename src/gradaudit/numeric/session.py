@@ -75,10 +75,19 @@ class Plan:
                    and s.dtype in EPS]
         self.native = max((d.name for d in floats if d.name in EPS), key=EPS.get, default="float32")
         self._status = {(f.source, f.output): f.status for f in flow}
+        self._partial = {(f.source, f.output) for f in flow if f.partial_by}
 
     def connected(self, source: str) -> tuple[str, ...]:
         # A pair the static pass did not rule on is checked.
         return tuple(o for o in self.float_outputs if self._status.get((source, o), "connected") == "connected")
+
+    def output_groups(self, source: str) -> list[tuple[str, ...]]:
+        """The connected outputs of `source`, those with a cut on one of their paths apart from the others: a
+        difference the cut explains must not hide (or be blamed on) the outputs it does not touch."""
+        outs = self.connected(source)
+        cut = tuple(o for o in outs if (source, o) in self._partial)
+        clean = tuple(o for o in outs if (source, o) not in self._partial)
+        return [g for g in (clean, cut) if g]
 
     def empty(self) -> NumericOutcome | None:
         if not self.float_outputs:
@@ -238,18 +247,17 @@ def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: Num
 
     groups: list[Group] = []
     for n in plan.input_sources:
-        outs = plan.connected(n)
-        if outs:
-            groups.append(Group(n, outs, inputs=[n]))
-        else:
+        outs_groups = plan.output_groups(n)
+        groups.extend(Group(n, outs, inputs=[n]) for outs in outs_groups)
+        if not outs_groups:
             results.append(_skipped(n, "*", "no gradient path to a float output (static pass)"))
     by_outputs: dict[tuple[str, ...], list[int]] = {}
     unconnected = 0
     for i, (name, _var) in enumerate(variables):
-        outs = plan.connected(name)
-        if outs:
+        outs_groups = plan.output_groups(name)
+        for outs in outs_groups:
             by_outputs.setdefault(outs, []).append(i)
-        else:
+        if not outs_groups:
             unconnected += 1
     if unconnected:
         notes.append(f"{unconnected} trainable variable(s) have no gradient path to a float output: not checked.")

@@ -163,7 +163,8 @@ RULES: tuple[Rule, ...] = (GradientMismatch, Nondeterministic, SurrogateGradient
 
 
 
-def explain_mismatches(findings: list, numeric: list, variables: set[str]) -> tuple[list, list]:
+def explain_mismatches(findings: list, numeric: list, variables: set[str],
+                       float_outputs: tuple[str, ...] = ()) -> tuple[list, list]:
     """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
     cut does: `y = f(x) + tf.stop_gradient(g(x))` has a gradient that leaves out g on purpose. Such a
     mismatch becomes info, naming the cut; the numeric result keeps `fail` with the explanation."""
@@ -178,7 +179,10 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str]) -> tu
     def cut_for(source: str, output: str):
         for c in cuts:
             src_ok = source in c.sources or (source == "*" and any(s in variables for s in c.sources))
-            out_ok = output == "*" or any(o in c.outputs for o in output.split(","))
+            # every output the check combined must be one the cut explains: a cut on a second output
+            # must not excuse a wrong gradient of the first
+            checked = float_outputs if output == "*" else tuple(output.split(","))
+            out_ok = all(o in c.outputs for o in checked) if checked else True
             if src_ok and out_ok:
                 return c
         return None
