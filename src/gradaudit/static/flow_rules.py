@@ -63,6 +63,15 @@ _REASONS = {
 }
 
 
+def _pairs(analysis, pairs: set[tuple[int, int]]) -> str:
+    """`from x, w to y` for a set of (source, output) index pairs, grouped by output set."""
+    by_outputs: dict[tuple[int, ...], list[int]] = {}
+    for i in sorted({i for i, _ in pairs}):
+        by_outputs.setdefault(tuple(sorted(j for k, j in pairs if k == i)), []).append(i)
+    return "; ".join(f"from {_names(analysis.source_names(sum(1 << i for i in srcs)))} to "
+                     f"{_names(analysis.output_names(sum(1 << j for j in outs)))}" for outs, srcs in by_outputs.items())
+
+
 def _names(names: list[str]) -> str:
     return ", ".join(names) if len(names) <= 4 else ", ".join(names[:4]) + f" and {len(names) - 4} more"
 
@@ -86,10 +95,14 @@ def check(analysis) -> list:
         reason = _REASONS["custom-gradient-dead" if dead else cut.rule].format(
             t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
             fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error)
-        how = ("cuts the gradient" if cut.blocked_pairs else
-               "cuts one path of the gradient while other paths still carry one, so the gradient misses "
-               "this path's part")
-        msg = f"{where(ref)}: {reason}; it {how} from {_names(srcs)} to {_names(outs)}"
+        parts = []
+        if cut.blocked_pairs:
+            parts.append(f"it cuts the gradient {_pairs(analysis, cut.blocked_pairs)}")
+        if cut.partial_pairs:
+            parts.append(("and " if parts else "it ") + "cuts one path of the gradient while other paths still "
+                         f"carry one {_pairs(analysis, cut.partial_pairs)}, so the gradient misses this path's "
+                         "part")
+        msg = f"{where(ref)}: {reason}; {' '.join(parts)}"
         rule_ = by_slug[cut.rule]
         severity = Severity.ERROR if cut.rule == "custom-gradient" else None
         if not cut.blocked_pairs and rule_.partial_severity is not None:
