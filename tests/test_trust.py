@@ -240,3 +240,18 @@ def test_an_inputs_file_numpy_cannot_read_is_a_usage_error(samples, tmp_path):
     result = CliRunner().invoke(main, [os.path.join(samples, "mlp"), "--inputs", str(tmp_path / "bad.npz")])
     assert result.exit_code == 2 and "internal error" not in result.stderr, result.stderr
     assert "--inputs" in result.stderr
+
+
+def test_a_model_without_signatures_is_audited_by_its_saved_functions_in_a_recursive_run(tmp_path):
+    """One model saved without signatures must not turn a model zoo's run into a tool error (exit 2)."""
+    import shutil
+
+    zoo = tmp_path / "zoo"
+    shutil.copytree(os.path.join(THIRDPARTY, "no_signatures"), zoo / "nosig")
+    shutil.copytree(os.path.join(THIRDPARTY, "prevent_gradient"), zoo / "prevent")
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(main, [str(zoo), "--recursive", "--static-only", "--json", str(out)])
+    assert result.exit_code == 1, result.output  # prevent_gradient fails; nothing is an error
+    doc = json.loads(out.read_text())
+    assert "errors" not in doc
+    assert sorted(r["target"]["signature"] for r in doc["reports"]) == ["decode", "encode", "serving_default"]

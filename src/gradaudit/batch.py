@@ -60,9 +60,22 @@ def _search(root: str) -> list[str]:
 
 
 def _audit(target: str, options: AuditOptions, all_signatures: bool) -> tuple[Report, ...]:
-    if all_signatures:  # a SavedModel's signatures (its saved functions when it has none)
+    if all_signatures or _only_saved_functions(target, options):
+        # a SavedModel's signatures; for a model saved without any (the default signature asked), its saved
+        # functions, each by its stable name
         return tuple(audit_saved_model(target, options, key) for key in signature_keys(target, options.tags))
     return (audit(target, **vars(options)),)  # any target: SavedModel, Keras file, module:attr
+
+
+def _only_saved_functions(target: str, options: AuditOptions) -> bool:
+    if options.signature != AuditOptions.signature or not is_saved_model(target):
+        return False
+    from .targets.saved_model import SavedModelFile
+
+    try:
+        return not SavedModelFile(target, options.tags).signature_keys()
+    except GradauditError:
+        return False  # reported by the audit itself
 
 
 def audit_model(path: str, options: AuditOptions, all_signatures: bool = False, debug: bool = False) -> ModelAudit:
