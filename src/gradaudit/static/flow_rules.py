@@ -26,6 +26,7 @@ OP_PACKAGES: tuple[tuple[str, str], ...] = (
     ("SplitMergeTokenize", "tensorflow_text"),
     ("TFText>", "tensorflow_text"),
     ("Mst", "tensorflow_text"),
+    ("MaxSpanningTree", "tensorflow_text"),
     ("ConstrainedSequence", "tensorflow_text"),
     ("SentenceFragments", "tensorflow_text"),
     ("UnicodeNormalize", "tensorflow_text"),
@@ -187,8 +188,9 @@ def _unknown_op_findings(analysis, reported: set, where) -> list:
         kinds = ", ".join(f"{t} ({n})" if n > 1 else t for t, n in sorted(idle.items()))
         packages = sorted({p for t in idle if (p := op_package(t))})
         findings.append(UnknownOp.finding(
-            f"{sum(idle.values())} op(s) of type(s) this TensorFlow does not know touch only string, integer or "
-            f"unused paths and decide no gradient: {kinds}"
+            f"{sum(idle.values())} op(s) of type(s) this TensorFlow does not know decide no gradient here (they "
+            f"touch only string or integer values, lie under a custom gradient that replaces theirs, or reach no "
+            f"output): {kinds}"
             + (f" (from {', '.join(packages)})" if packages else ""), severity=Severity.INFO,
             fix="Nothing to do for the gradient; --load-ops PACKAGE lets the numeric checks run the model."))
     return findings
