@@ -51,3 +51,19 @@ def test_a_cut_on_one_output_explains_only_that_output(tmp_path, wrong):
     assert main and target and all(n.expected_by for n in target if n.status == "fail")
     assert {n.status for n in main} == ({"fail"} if wrong else {"pass"})
     assert report.verdict() == ("fail" if wrong else "pass")
+
+
+def test_a_signature_that_writes_its_variable_is_named_and_explains_the_difference():
+    """tensorflow-model-optimization's pruning wrapper assigns kernel * mask at every call: the gradient with
+    respect to the stored kernel is not the derivative of the output, and the op that writes is named."""
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_models",
+                        "thirdparty", "tfmot_pruned_mlp")
+    report = audit_saved_model(path, AuditOptions())
+    writes = [f for f in report.findings if f.rule == "writes-variable"]
+    assert writes and {f.op.op_type for f in writes} == {"AssignVariableOp"}
+    assert {s for f in writes for s in f.sources} == {"dense/kernel", "head/kernel"}
+    assert not [f for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value == "error"]
+    stripped = audit_saved_model(path.replace("tfmot_pruned_mlp", "tfmot_pruned_stripped_mlp"), AuditOptions())
+    assert not [f for f in stripped.findings if f.rule == "writes-variable"] and stripped.verdict() == "pass"

@@ -318,7 +318,38 @@ SamplerGradient = define(
 )
 
 
+WritesVariable = define(
+    "GA112", "writes-variable", Severity.WARNING,
+    fix="Export the signature without the write (for a pruned Keras model, tfmot.sparsity.keras.strip_pruning "
+        "before export; call layers with training=False), or keep the state in a non-trainable variable.",
+    explains_mismatch=True,
+    doc="""The audited signature writes a trainable variable it also reads.
+
+    ## What it does
+    Finds `AssignVariableOp` (and the add, sub and scatter variants) on a trainable variable's handle inside
+    the functions the signature runs.
+
+    ## Why is this bad?
+    Every call changes the model, and the gradient TensorFlow gives with respect to the variable is taken
+    through the value read after the write (a pruning mask multiplied in, say), not the stored value: a
+    numeric check of that variable is expected to differ. A serving signature that mutates its weights is
+    rarely intended.
+
+    ## Example
+    ```python
+    model = tfmot.sparsity.keras.prune_low_magnitude(base)
+    model.export(path)                      # the pruning wrapper assigns kernel * mask at every call
+    ```
+
+    ## Use instead
+    ```python
+    tfmot.sparsity.keras.strip_pruning(model).export(path)
+    ```
+    """,
+)
+
+
 RULES: tuple[Rule, ...] = (
     NoGradient, NotDifferentiable, ZeroGradient, IntegerPath, PyFunction, StopGradient,
-    CustomGradient, DisconnectedSource, UnknownOp, GradientRaises, SamplerGradient,
+    CustomGradient, DisconnectedSource, UnknownOp, GradientRaises, SamplerGradient, WritesVariable,
 )

@@ -5,7 +5,15 @@ from __future__ import annotations
 from ..flow import PYFUNC_OPS
 from ..graph.dtypes import carries_gradient, dtype_name
 from ..model import Severity
-from ..rules.flow import RULES, CustomGradient, DisconnectedSource, PyFunction, SamplerGradient, UnknownOp
+from ..rules.flow import (
+    RULES,
+    CustomGradient,
+    DisconnectedSource,
+    PyFunction,
+    SamplerGradient,
+    UnknownOp,
+    WritesVariable,
+)
 
 # Op type prefixes of well-known op libraries: the package --load-ops should import.
 OP_PACKAGES: tuple[tuple[str, str], ...] = (
@@ -137,6 +145,7 @@ def check(analysis) -> list:
 
     findings += _unknown_op_findings(analysis, reported, where)
     findings += _sampler_findings(analysis, where)
+    findings += _variable_write_findings(analysis, where)
 
     out_value = 0
     for t in analysis.output_tensor.values():
@@ -267,4 +276,36 @@ def _sampler_findings(analysis, where) -> list:
                 f"{where(ref)} {what} {_names(srcs)}: the gradient through it to {_names(outs)} is a "
                 "reparameterization estimator, not the derivative with the seed held fixed, so a numeric "
                 "difference on these pairs is expected", op=ref, sources=srcs, outputs=outs))
+    return findings
+
+
+_WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterUpdate",
+                     "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv",
+                     "ResourceScatterMin", "ResourceScatterMax", "ResourceScatterNdUpdate", "ResourceScatterNdAdd",
+                     "ResourceScatterNdSub", "Assign", "AssignAdd", "AssignSub"})
+
+
+def _variable_write_findings(analysis, where) -> list:
+    """Ops that write a trainable variable the signature reads (its handle, a source, reaches the write)."""
+    variables = 0
+    for i, s in enumerate(analysis.sources):
+        if s.kind == "variable" and i in analysis.source_tensor:
+            variables |= 1 << i
+    findings = []
+    for node in analysis.graph.ops.values():
+        if node.ref.op_type not in _WRITES or not node.inputs:
+            continue
+        written = analysis.reach_value[node.inputs[0][0]] & variables
+        if not written:
+            continue
+        out = 0
+        for i in analysis.source_tensor:
+            if written >> i & 1:
+                out |= analysis.to_output_value[analysis.source_tensor[i]]
+        srcs, outs = analysis.source_names(written), analysis.output_names(out)
+        findings.append(WritesVariable.finding(
+            f"{where(node.ref)} writes trainable variable(s) {_names(srcs)} when the signature runs: every call "
+            f"changes the model, and the gradient to {_names(outs) or 'its outputs'} is taken through the value "
+            "read after the write, so a numeric difference for these variables is expected", op=node.ref,
+            sources=srcs, outputs=outs))
     return findings
