@@ -242,7 +242,7 @@ def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str
 
     try:
         child = run_isolated(_executed_part, (path, options, key), options.timeout or 0.0)
-    except Timeout as exc:
+    except Timeout:
         report.incomplete.append(f"numeric checks and stability probes did not finish within --timeout "
                                  f"{options.timeout:g} s; the static report is complete")
         return

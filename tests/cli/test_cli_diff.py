@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gradaudit.report.diff import compare
 from gradaudit.report import changes as changes_report
+from gradaudit.report.diff import compare
 from gradaudit.report.json_load import load
 
 from .cli_helpers import run

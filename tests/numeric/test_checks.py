@@ -229,7 +229,7 @@ def test_compute_gradient_default_step_cannot_see_1e4_in_float32(models):
     errors = {}
     for name in ("mlp", "mlp_1e-4"):
         fn = (loaded := tf.saved_model.load(models(name))).signatures["serving_default"]
-        (theoretical,), (numerical,) = tf.test.compute_gradient(lambda x: fn(x=x)["y"], [x0])
+        (theoretical,), (numerical,) = tf.test.compute_gradient(lambda x, fn=fn: fn(x=x)["y"], [x0])
         errors[name] = float(np.max(np.abs(theoretical - numerical)))
         del loaded
     # The wrong gradient's error is lost in the healthy model's own finite-difference error.

@@ -181,7 +181,6 @@ def test_ids_gathered_from_a_variable_and_other_integers(tmp_path):
     """tf.gather on a tf.Variable is a ResourceGather: its rows bound the ids; an integer used as a number
     gets small positive values, one used as an index into a table of unknown size gets 0."""
     import tensorflow as tf
-
     from helpers import save_module
 
     class M(tf.Module):
@@ -215,13 +214,13 @@ def test_lookup_table_keys_keep_zero(tmp_path):
     """Keys of a lookup table whose values index an embedding: the embedding's rows say nothing about the
     keys (the table's content is not read), so they are not bounded by them."""
     import tensorflow as tf
-
     from helpers import save_module
 
     class M(tf.Module):
         def __init__(self):
             self.table = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(tf.constant([100, 200], tf.int64), tf.constant([1, 2], tf.int64)), 0)
+                tf.lookup.KeyValueTensorInitializer(tf.constant([100, 200], tf.int64),
+                                                    tf.constant([1, 2], tf.int64)), 0)
             self.emb = tf.Variable(np.ones((3, 2), "float32"), name="emb")
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="keys")])

@@ -1,7 +1,6 @@
 """The GA2xx rules: stable codes, the slugs the issue names, documented like every rule."""
 
-from gradaudit.rules import DOC_SECTIONS, get_rule
-from gradaudit.rules import numeric
+from gradaudit.rules import DOC_SECTIONS, get_rule, numeric
 
 
 def test_numeric_rules_have_codes_slugs_and_doc_sections():

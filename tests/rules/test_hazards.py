@@ -127,7 +127,7 @@ def test_where_nan_matches_the_installed_tensorflow(op_type, fn):
     import numpy as np
     import tensorflow as tf
 
-    from gradaudit.rules.hazards import _SINGULAR
+    from gradaudit.static.hazards import _SINGULAR
 
     x = tf.constant([0.0, 1.0])
     with tf.GradientTape() as tape:

@@ -84,9 +84,9 @@ def test_a_nan_made_inside_a_while_loop_names_the_op_in_its_body(tmp_path):
     """Graph-mode gradients do not reach inside a loaded While: the op named is the one in its body whose
     backward can make the NaN (pow(|h|, 0.5) at 0), and the lint on it is confirmed."""
     import tensorflow as tf
+    from helpers import save_module
 
     from gradaudit.api import AuditOptions, audit_saved_model
-    from helpers import save_module
 
     class Loop(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])

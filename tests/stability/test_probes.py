@@ -111,9 +111,9 @@ def test_variables_are_probed_with_the_inputs(audited):
 
 def test_variables_share_one_row_that_names_the_bad_ones(tmp_path):
     import tensorflow as tf
+    from helpers import save_module
 
     from gradaudit.api import AuditOptions, audit_saved_model
-    from helpers import save_module
 
     class ScaledNorm(tf.Module):
         def __init__(self):
@@ -138,7 +138,8 @@ def test_lint_the_probes_ran_for_but_could_not_confirm_is_info(audited):
     r = audited("unstable_norm", probe_scales=(1.0, 100.0))
     assert "unstable-gradient" not in rules_of(r)
     lint = finding(r, "sqrt-at-zero")
-    assert lint.severity.value == "info" and "Not confirmed by the stability probes (x at scales ±1, ±100)" in lint.message
+    assert lint.severity.value == "info"
+    assert "Not confirmed by the stability probes (x at scales ±1, ±100)" in lint.message
     assert {s.scale for s in r.stability} == {1.0, 100.0}
 
 
@@ -168,9 +169,9 @@ def test_unlocated_op_keeps_the_probe_verdict(tmp_path):
     """Forensics cannot differentiate this frozen While loop (its body reads x from outside): the finding
     stands and names the only op on the gradient path whose backward can make the NaN, saying how."""
     import tensorflow as tf
+    from helpers import save_module
 
     from gradaudit.api import AuditOptions, audit_saved_model
-    from helpers import save_module
 
     class NormInLoop(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..model import FlowEntry, Finding, NumericResult, Output, Source
+from ..model import Finding, FlowEntry, NumericResult, Output, Source
 
 __all__ = ["ALL_VARIABLES", "NumericOptions", "NumericOutcome", "run_numeric", "run_numeric_function"]
 
@@ -78,7 +78,7 @@ def _guarded(run: Callable[[], NumericOutcome]) -> NumericOutcome:
         return run()
     except InternalError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the model's failure, or gradaudit's, said as such
+    except Exception as exc:
         if not raised_by_tensorflow(exc):
             raise InternalError("running the numeric checks", exc) from exc
         # TensorFlow failed on the model (running or differentiating it): these checks could not be made

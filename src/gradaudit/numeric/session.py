@@ -56,7 +56,7 @@ class Plan:
     def of_function(cls, specs: dict[str, Any], out_dtypes: dict[str, Any], sources: list[Source],
                     outputs: list[Output], flow: list[FlowEntry], domains: Domains | None = None) -> Plan:
         plan = cls.__new__(cls)
-        plan._setup(specs, out_dtypes, sources, outputs, flow, domains)
+        plan._setup(specs, out_dtypes, sources, outputs, flow, domains)  # noqa: SLF001 - its own alternate constructor
         return plan
 
     def _setup(self, specs: dict[str, Any], out_dtypes: dict[str, Any], sources: list[Source],
@@ -213,7 +213,7 @@ def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: Plan, poi
     progress("loading the model" + (" (float64 copy)" if use64 else ""))
     try:
         loaded = load(info, tags, use64)
-    except Exception as exc:  # noqa: BLE001 - whatever the reason, the float64 copy is optional
+    except Exception as exc:
         if use64:
             raise _Float64Failed(f"the float64 copy does not load: {describe(exc)}") from exc
         groups = [Group(n, tuple(plan.float_outputs), inputs=[n]) for n in plan.input_sources]

@@ -3,18 +3,13 @@ stability probes and the second-order check report when they run the model."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from dataclasses import dataclass
+from ..model import Severity
+from .base import Rule, define
 
-from ..model import Finding, OpRef, Severity
-from .base import Rule, rule
-
-
-@rule("GA301", "log1p-exp", Severity.WARNING,
-      fix="y = tf.math.softplus(x)   # instead of tf.math.log(1 + tf.exp(x))")
-class Log1pExp:
-    """`log(1 + exp(x))` written out: exp overflows long before the result does.
+Log1pExp = define(
+    "GA301", "log1p-exp", Severity.WARNING,
+    fix="y = tf.math.softplus(x)   # instead of tf.math.log(1 + tf.exp(x))",
+    doc="""`log(1 + exp(x))` written out: exp overflows long before the result does.
 
     ## What it does
     Finds `Log(1 + Exp(x))` and `Log1p(Exp(x))` on a gradient path.
@@ -32,13 +27,14 @@ class Log1pExp:
     ```python
     y = tf.math.softplus(x)
     ```
-    """
+    """,
+)
 
 
-@rule("GA302", "log-sigmoid", Severity.WARNING,
-      fix="y = tf.math.log_sigmoid(x)   # instead of tf.math.log(tf.sigmoid(x))")
-class LogSigmoid:
-    """`log(sigmoid(x))` written out: sigmoid underflows to 0 for very negative x.
+LogSigmoid = define(
+    "GA302", "log-sigmoid", Severity.WARNING,
+    fix="y = tf.math.log_sigmoid(x)   # instead of tf.math.log(tf.sigmoid(x))",
+    doc="""`log(sigmoid(x))` written out: sigmoid underflows to 0 for very negative x.
 
     ## What it does
     Finds `Log(Sigmoid(x))` on a gradient path.
@@ -57,13 +53,14 @@ class LogSigmoid:
     ```python
     log_p = tf.math.log_sigmoid(logits)
     ```
-    """
+    """,
+)
 
 
-@rule("GA303", "log-softmax", Severity.WARNING,
-      fix="y = tf.nn.log_softmax(x, axis=-1)   # instead of tf.math.log(tf.nn.softmax(x))")
-class LogSoftmax:
-    """`log(softmax(x))` written out: softmax underflows to 0 when the logits are spread.
+LogSoftmax = define(
+    "GA303", "log-softmax", Severity.WARNING,
+    fix="y = tf.nn.log_softmax(x, axis=-1)   # instead of tf.math.log(tf.nn.softmax(x))",
+    doc="""`log(softmax(x))` written out: softmax underflows to 0 when the logits are spread.
 
     ## What it does
     Finds `Log(Softmax(x))` on a gradient path.
@@ -83,13 +80,14 @@ class LogSoftmax:
     ```python
     log_probs = tf.nn.log_softmax(logits)
     ```
-    """
+    """,
+)
 
 
-@rule("GA304", "sqrt-at-zero", Severity.WARNING,
-      fix="y = tf.sqrt(tf.reduce_sum(x * x, axis=-1) + 1e-12)   # or a double-where safe norm")
-class SqrtAtZero:
-    """The square root of a value that is zero at ordinary inputs (a sum of squares, a norm).
+SqrtAtZero = define(
+    "GA304", "sqrt-at-zero", Severity.WARNING,
+    fix="y = tf.sqrt(tf.reduce_sum(x * x, axis=-1) + 1e-12)   # or a double-where safe norm",
+    doc="""The square root of a value that is zero at ordinary inputs (a sum of squares, a norm).
 
     ## What it does
     Finds `Sqrt` and `Pow(x, p)` with 0 < p < 1 whose argument is a square, a sum of squares,
@@ -108,13 +106,14 @@ class SqrtAtZero:
     ```python
     dist = tf.sqrt(tf.reduce_sum(tf.square(a - b), axis=-1) + 1e-12)
     ```
-    """
+    """,
+)
 
 
-@rule("GA305", "where-nan", Severity.WARNING,
-      fix="safe = tf.where(x > 0, x, 1.0); y = tf.where(x > 0, tf.math.log(safe), 0.0)   # double where")
-class WhereNan:
-    """`tf.where(cond, f(x), y)` whose f (log, division, fractional pow) is non-finite where cond is false.
+WhereNan = define(
+    "GA305", "where-nan", Severity.WARNING,
+    fix="safe = tf.where(x > 0, x, 1.0); y = tf.where(x > 0, tf.math.log(safe), 0.0)   # double where",
+    doc="""`tf.where(cond, f(x), y)` whose f (log, division, fractional pow) is non-finite where cond is false.
 
     ## What it does
     Finds a select (`tf.where`) whose branch computes an op that is non-finite at some inputs
@@ -137,13 +136,14 @@ class WhereNan:
     safe = tf.where(x > 0, x, 1.0)          # make the input safe first
     y = tf.where(x > 0, tf.math.log(safe), 0.0)
     ```
-    """
+    """,
+)
 
 
-@rule("GA306", "squared-denominator", Severity.WARNING,
-      fix="db = (a / b) / b * dy   # instead of a / b**2 * dy; and a / b instead of a * tf.math.reciprocal(b)")
-class SquaredDenominator:
-    """A division by a square, or a product with a reciprocal, whose gradient squares a tiny or huge value.
+SquaredDenominator = define(
+    "GA306", "squared-denominator", Severity.WARNING,
+    fix="db = (a / b) / b * dy   # instead of a / b**2 * dy; and a / b instead of a * tf.math.reciprocal(b)",
+    doc="""A division by a square, or a product with a reciprocal, whose gradient squares a tiny or huge value.
 
     ## What it does
     Finds `x / b**2` (also `x / (b * b)`, `x / tf.square(b)`), forward or in a saved
@@ -166,14 +166,15 @@ class SquaredDenominator:
     def grad(dy):
         return -dy / b, (a / b) / b * dy
     ```
-    """
+    """,
+)
 
 
-@rule("GA310", "unstable-gradient", Severity.ERROR, probes=True,
-      fix="Rewrite the op the probe names in a stable form (see the GA30x hazard reported on it, if "
-          "any), or keep its input away from the bad region (an epsilon, a clip, a double where).")
-class UnstableGradient:
-    """The forward value is finite but the gradient has NaN or Inf at some input scale.
+UnstableGradient = define(
+    "GA310", "unstable-gradient", Severity.ERROR, probes=True,
+    fix="Rewrite the op the probe names in a stable form (see the GA30x hazard reported on it, if "
+        "any), or keep its input away from the bad region (an epsilon, a clip, a double where).",
+    doc="""The forward value is finite but the gradient has NaN or Inf at some input scale.
 
     ## What it does
     Runs the model at the synthesised inputs scaled by 0, 1e-30, ... 1e4 (both signs; all
@@ -197,14 +198,15 @@ class UnstableGradient:
     y = tf.sqrt(tf.reduce_sum(x * x, -1) + 1e-12)
     f = a / b
     ```
-    """
+    """,
+)
 
 
-@rule("GA311", "nonfinite-forward", Severity.WARNING, probes=True,
-      fix="Use the stable form of the op the probe names (softplus, log_sigmoid, log_softmax, "
-          "logsumexp), or bound its input.")
-class NonfiniteForward:
-    """The forward value overflows to Inf or becomes NaN within the probe ladder.
+NonfiniteForward = define(
+    "GA311", "nonfinite-forward", Severity.WARNING, probes=True,
+    fix="Use the stable form of the op the probe names (softplus, log_sigmoid, log_softmax, "
+        "logsumexp), or bound its input.",
+    doc="""The forward value overflows to Inf or becomes NaN within the probe ladder.
 
     ## What it does
     Reports the scales of the probe ladder at which an output is Inf or NaN, and the op that
@@ -223,14 +225,15 @@ class NonfiniteForward:
     ```python
     y = tf.math.softplus(x)
     ```
-    """
+    """,
+)
 
 
-@rule("GA320", "second-order-mismatch", Severity.ERROR, probes=True,
-      fix="Differentiate the gradient function itself: avoid tf.stop_gradient and numpy inside a "
-          "custom gradient, or give it its own custom gradient (see tf.custom_gradient's nesting notes).")
-class SecondOrderMismatch:
-    """Hessian-vector products disagree with central differences of the gradient (`--order 2`).
+SecondOrderMismatch = define(
+    "GA320", "second-order-mismatch", Severity.ERROR, probes=True,
+    fix="Differentiate the gradient function itself: avoid tf.stop_gradient and numpy inside a "
+        "custom gradient, or give it its own custom gradient (see tf.custom_gradient's nesting notes).",
+    doc="""Hessian-vector products disagree with central differences of the gradient (`--order 2`).
 
     ## What it does
     Computes H·v by differentiating the gradient again (reverse over reverse, non-persistent
@@ -255,15 +258,16 @@ class SecondOrderMismatch:
     def cube(x):
         return x ** 3, lambda dy: 3.0 * x ** 2 * dy
     ```
-    """
+    """,
+)
 
 
-@rule("GA321", "second-order-unavailable", Severity.WARNING, probes=True,
-      fix="Read TensorFlow's reason in the message: a custom gradient that cannot be differentiated again "
-          "needs its own tf.custom_gradient; a loaded While loop or other construct TensorFlow cannot "
-          "differentiate twice after loading is better checked on the Python function before export.")
-class SecondOrderUnavailable:
-    """TensorFlow cannot build the second-order gradient of the loaded model (`--order 2`).
+SecondOrderUnavailable = define(
+    "GA321", "second-order-unavailable", Severity.WARNING, probes=True,
+    fix="Read TensorFlow's reason in the message: a custom gradient that cannot be differentiated again "
+        "needs its own tf.custom_gradient; a loaded While loop or other construct TensorFlow cannot "
+        "differentiate twice after loading is better checked on the Python function before export.",
+    doc="""TensorFlow cannot build the second-order gradient of the loaded model (`--order 2`).
 
     ## What it does
     Reports TensorFlow's own error when differentiating the gradient of the loaded model
@@ -281,7 +285,8 @@ class SecondOrderUnavailable:
     ## Use instead
     Give the gradient function its own `tf.custom_gradient`, or write the forward with
     differentiable ops and no custom gradient.
-    """
+    """,
+)
 
 
 RULES: tuple[Rule, ...] = (
@@ -291,339 +296,3 @@ RULES: tuple[Rule, ...] = (
 
 
 # -- detection ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Hazard:
-    """A matched pattern: the finding it gives, and every op a probe may name when it goes wrong there."""
-
-    rule: Rule
-    op: OpRef
-    involved: frozenset[OpRef]
-    message: str
-    sources: tuple[str, ...]
-    outputs: tuple[str, ...]
-
-    def finding(self) -> Finding:
-        return self.rule.finding(self.message, op=self.op, sources=self.sources, outputs=self.outputs)
-
-
-def confirmed(finding: Finding, evidence: str) -> Finding:
-    """The lint's finding once a stability probe reached the bad region and saw it fail there."""
-    return dataclasses.replace(finding, severity=Severity.ERROR,
-                               message=f"{finding.message}. Confirmed by the stability probes: {evidence}.")
-
-
-def unconfirmed(finding: Finding, probed: str) -> Finding:
-    """The lint's finding when the stability probes reached its op's inputs (`probed`: where) and saw
-    nothing go wrong there: info, not a warning. A --static-only run keeps the warning."""
-    return dataclasses.replace(finding, severity=Severity.INFO,
-                               message=f"{finding.message}. Not confirmed by the stability probes ({probed})")
-
-
-def check(analysis) -> list[Finding]:
-    """Static GA3xx findings from a finished StaticAnalysis."""
-    return [h.finding() for h in find_hazards(analysis)]
-
-
-def find_hazards(analysis) -> list[Hazard]:
-    """Every hazard pattern in the audited graph and in the saved custom-gradient functions it uses."""
-    from ..graph.reach import forward_masks
-    from ..graph.dataflow import VALUE
-
-    g = analysis.graph
-    main = _View(g, varies=lambda t: analysis.reach_grad[t] != 0,
-                 on_path=lambda n: any(analysis.reach_grad[t] for t, _ in n.inputs)
-                 and any(analysis.to_output_grad[o] for o in n.outputs))
-
-    def pair(node) -> tuple[list[str], list[str]]:
-        src = out = 0
-        for t, _ in node.inputs:
-            src |= analysis.reach_grad[t]
-        for o in node.outputs:
-            out |= analysis.to_output_grad[o]
-        return analysis.source_names(src), analysis.output_names(out)
-
-    hazards = []
-    for node in g.ops.values():
-        for rule_, op, involved, message in _match(main, node):
-            srcs, outs = pair(node)
-            hazards.append(Hazard(rule_, op, frozenset(involved), message, tuple(srcs), tuple(outs)))
-
-    # Saved custom-gradient functions: only squared-denominator applies (their values are gradients).
-    users: dict[str, list] = {}
-    for node in g.ops.values():
-        fn = analysis.gradient_functions.get(node.custom_gradient or "")
-        if fn in g.gradient_graphs and main.on_path(node):
-            users.setdefault(fn, []).append(node)
-    for fn, nodes in sorted(users.items()):
-        gg = g.gradient_graphs[fn]
-        args = {t: 1 for t in range(len(gg.dtype))
-                if t not in gg.ops and t not in gg.producer and t not in gg.aliased_from}
-        masks = forward_masks(gg, args, VALUE)
-        view = _View(gg, varies=lambda t, m=masks: m[t] != 0, on_path=lambda n: True)
-        srcs, outs = set(), set()
-        for n in nodes:
-            s, o = pair(n)
-            srcs.update(s)
-            outs.update(o)
-        refs = {n.ref for n in nodes}
-        users_text = ", ".join(sorted(f"{r.op_type} '{r.op_name}' in {r.function}" for r in refs))
-        for node in gg.ops.values():
-            for rule_, op, involved, message in _squared_denominator(view, node):
-                hazards.append(Hazard(rule_, op, frozenset(involved | refs),
-                                      f"{message}, in the custom gradient of {users_text}",
-                                      tuple(sorted(srcs)), tuple(sorted(outs))))
-    return hazards
-
-
-# Ops that pass a value on unchanged (or only reshaped): looked through when matching patterns.
-_PASS = {"Identity", "Snapshot", "EnsureShape", "Reshape", "ExpandDims", "Squeeze"}
-_ADD = {"Add", "AddV2"}
-_SELECT = {"Select", "SelectV2"}
-_DIV = {"RealDiv", "Div"}
-# Op type -> the input at which it is non-finite or has an infinite derivative (log(0), 1/0), for the ops
-# whose registered gradient turns a zero incoming gradient into NaN there (0 * inf). Sqrt, Rsqrt,
-# Reciprocal and Inv are not among them: their gradient kernels (SqrtGrad, ...) return 0 for a zero
-# incoming gradient in TF 2.21, so `tf.where(x > 0, tf.sqrt(x), 0)` has a finite gradient at 0.
-# tests/rules/test_hazards.py checks this table against the installed TensorFlow.
-_SINGULAR = {"Log": 0, "Log1p": 0, "RealDiv": 1, "Div": 1, "Pow": 0}
-# Elementwise ops through which the unselected branch's NaN gradient still flows back.
-_CARRY = {"Mul", "Add", "AddV2", "Sub", "Neg", "Cast", "RealDiv", "Div", "Square", "Exp"} | _PASS
-_WALK_LIMIT = 48
-
-
-def op_label(ref: OpRef) -> str:
-    return f"{ref.op_type} '{ref.op_name}' in {ref.function}"
-
-
-class _View:
-    """One Dataflow (the audited graph or a custom-gradient function) with the lookups the patterns need."""
-
-    def __init__(self, g, varies, on_path):
-        self.g = g
-        self.varies = varies  # tensor -> does it change with a source (or a function argument)
-        self.on_path = on_path  # op node -> is it between a source and an output on a gradient path
-
-    def root(self, t: int) -> int:
-        """`t` with call boundaries and value-preserving ops peeled off, to compare tensors."""
-        for _ in range(_WALK_LIMIT):
-            src = self.g.aliased_from.get(t)
-            if src and len(src) == 1:
-                t = src[0]
-                continue
-            ps = self.g.producers(t)
-            node = self.g.ops[ps[0]] if len(ps) == 1 else None
-            if node is None or node.ref.op_type not in _PASS or not node.inputs:
-                return t
-            t = node.inputs[0][0]
-        return t
-
-    def producer(self, t: int):
-        """The op computing `t`, looking through calls and value-preserving ops; None if not one op."""
-        ps = self.g.producers(self.root(t))
-        return self.g.ops[ps[0]] if len(ps) == 1 else None
-
-    def const(self, t: int) -> float | None:
-        node = self.producer(t)
-        if node is None or node.ref.op_type != "Const":
-            return None
-        return self.g.const_value.get(node.outputs[0])
-
-    def depends_on(self, t: int, target: int) -> bool:
-        """Whether the value of `t` is computed from `target` (a bounded walk upstream)."""
-        target = self.root(target)
-        seen, stack = set(), [t]
-        while stack and len(seen) < _WALK_LIMIT * 4:
-            x = self.root(stack.pop())
-            if x == target:
-                return True
-            if x in seen:
-                continue
-            seen.add(x)
-            for p in self.g.producers(x):
-                stack.extend(i for i, _ in self.g.ops[p].inputs)
-        return False
-
-    def float_dtype(self, t: int):
-        """numpy's finfo of a float tensor's dtype, None for other dtypes."""
-        import numpy as np
-        from tensorflow.python.framework import dtypes
-
-        try:
-            dt = dtypes.as_dtype(self.g.dtype[t])
-        except TypeError:
-            return None
-        return np.finfo(dt.as_numpy_dtype) if dt.is_floating else None
-
-
-def _match(v: _View, node) -> list:
-    t = node.ref.op_type
-    if t in ("Log", "Log1p"):
-        return _log_patterns(v, node)
-    if t in ("Sqrt", "Pow"):
-        return _sqrt_at_zero(v, node)
-    if t in _SELECT:
-        return _where_nan(v, node)
-    if t in _DIV or t == "Mul":
-        return _squared_denominator(v, node)
-    return []
-
-
-def _log_patterns(v: _View, log) -> list:
-    if not v.on_path(log):
-        return []
-    arg = v.producer(log.inputs[0][0])
-    if arg is None:
-        return []
-    a = arg.ref.op_type
-    if log.ref.op_type == "Log1p" and a == "Exp":
-        return [_log1p_exp(v, log, arg, None)]
-    if log.ref.op_type != "Log":
-        return []
-    if a == "Sigmoid":
-        return [(LogSigmoid, log.ref, {log.ref, arg.ref},
-                 f"{op_label(log.ref)} takes the log of {op_label(arg.ref)}: sigmoid underflows to 0 for very "
-                 "negative inputs (below about -87 in float32), where the value is -inf and the gradient NaN")]
-    if a == "Softmax":
-        return [(LogSoftmax, log.ref, {log.ref, arg.ref},
-                 f"{op_label(log.ref)} takes the log of {op_label(arg.ref)}: softmax entries underflow to 0 when "
-                 "the logits are spread (by more than about 87 in float32), where the gradient is NaN")]
-    if a in _ADD and len(arg.inputs) == 2:
-        for i in (0, 1):
-            exp = v.producer(arg.inputs[i][0])
-            if exp is not None and exp.ref.op_type == "Exp" and v.const(arg.inputs[1 - i][0]) == 1.0:
-                return [_log1p_exp(v, log, exp, arg)]
-    return []
-
-
-def _log1p_exp(v: _View, log, exp, add):
-    finfo = v.float_dtype(exp.outputs[0])
-    limit = f" (x > {math.log(float(finfo.max)):.1f} in {finfo.dtype})" if finfo else ""
-    involved = {log.ref, exp.ref} | ({add.ref} if add is not None else set())
-    return (Log1pExp, log.ref, involved,
-            f"{op_label(log.ref)} computes log(1 + exp(x)) with {op_label(exp.ref)}: exp overflows to inf{limit}, "
-            "so the value is inf and the gradient NaN where the true result is about x")
-
-
-_NONNEGATIVE = {"Square": "a square", "SquaredDifference": "a square", "Abs": "an absolute value",
-                "Relu": "a ReLU"}
-_REDUCE = {"Sum", "Mean", "Max"}
-
-
-def _zero_at_ordinary_inputs(v: _View, t: int, depth: int = 0) -> str | None:
-    """What makes `t` zero at ordinary inputs ("a sum of squares"), or None when nothing obvious does.
-    A positive constant added anywhere (an epsilon) makes it None."""
-    node = v.producer(t)
-    if node is None or depth > 4 or not v.varies(t):
-        return None
-    op = node.ref.op_type
-    if op in _NONNEGATIVE:
-        return _NONNEGATIVE[op]
-    if (op == "Mul" and len(node.inputs) == 2 and v.root(node.inputs[0][0]) == v.root(node.inputs[1][0])
-            or op == "Pow" and v.const(node.inputs[1][0]) == 2.0):
-        return "a square"
-    terms = node.inputs[:1] if op in _REDUCE else node.inputs if op in _ADD or op == "AddN" else []
-    parts = [_zero_at_ordinary_inputs(v, i, depth + 1) for i, _ in terms]
-    if not parts or not all(parts):
-        return None
-    squares = all(p.endswith(("square", "squares")) for p in parts)
-    return "a sum of squares" if squares else "a sum of non-negative terms"
-
-
-def _sqrt_at_zero(v: _View, node) -> list:
-    if not v.on_path(node):
-        return []
-    if node.ref.op_type == "Pow":
-        p = v.const(node.inputs[1][0])
-        if p is None or not 0.0 < p < 1.0:
-            return []
-    what = _zero_at_ordinary_inputs(v, node.inputs[0][0])
-    if what is None:
-        return []
-    arg = v.producer(node.inputs[0][0])
-    name = "sqrt" if node.ref.op_type == "Sqrt" else "a fractional power"
-    return [(SqrtAtZero, node.ref, {node.ref}, f"{op_label(node.ref)} takes {name} of {what} ({op_label(arg.ref)}) "
-             "with no epsilon: where it is 0 the value is finite but the gradient is inf or NaN")]
-
-
-def _where_nan(v: _View, select) -> list:
-    if not v.on_path(select) or len(select.inputs) != 3:
-        return []
-    cond = select.inputs[0][0]
-    out = []
-    for branch in (1, 2):
-        seen, stack = set(), [(select.inputs[branch][0], 0)]
-        while stack:
-            t, depth = stack.pop()
-            node = v.producer(t)
-            if node is None or id(node) in seen or depth > 3:
-                continue
-            seen.add(id(node))
-            op = node.ref.op_type
-            k = _SINGULAR.get(op)
-            if k is not None and k < len(node.inputs):
-                bad = node.inputs[k][0]
-                exempt = op == "Pow" and (v.const(node.inputs[1][0]) or 0) >= 1
-                if not exempt and v.varies(bad) and v.depends_on(cond, bad):
-                    side = "true" if branch == 1 else "false"
-                    out.append((WhereNan, select.ref, {select.ref, node.ref},
-                                f"{op_label(select.ref)} computes {op_label(node.ref)} in its {side} branch, and "
-                                "its condition tests the value that op is non-finite at: where that branch is "
-                                "not selected the forward is finite, but 0 * inf = NaN still flows back "
-                                "through the gradient"))
-                    break
-            if op in _CARRY:
-                stack.extend((i, depth + 1) for i, _ in node.inputs)
-    return out
-
-
-def _squared_denominator(v: _View, node) -> list:
-    if not v.on_path(node) or len(node.inputs) != 2:
-        return []
-    op = node.ref.op_type
-    if op in _DIV:
-        base = _square_base(v, node.inputs[1][0])
-        if base is not None and v.varies(base[0]):
-            return [(SquaredDenominator, node.ref, {node.ref, base[1].ref},
-                     f"{op_label(node.ref)} divides by {op_label(base[1].ref)}, a square: it underflows to 0 (or "
-                     "overflows) while the quotient is still representable")]
-        return []
-    for i in (0, 1):
-        rec = v.producer(node.inputs[i][0])
-        if rec is not None and rec.ref.op_type in ("Reciprocal", "Inv") and v.varies(rec.inputs[0][0]):
-            return [(SquaredDenominator, node.ref, {node.ref, rec.ref},
-                     f"{op_label(node.ref)} multiplies by {op_label(rec.ref)}: the gradient of reciprocal(b) is "
-                     "-dy / b**2 computed as -dy * (1/b)**2, which overflows for tiny b although the true "
-                     "gradient is representable")]
-    return []
-
-
-def _square_base(v: _View, t: int, depth: int = 0):
-    """(b, the squaring op) when `t` is b**2, b*b or square(b), possibly times constants."""
-    node = v.producer(t)
-    if node is None or depth > 2:
-        return None
-    op = node.ref.op_type
-    if op == "Square" or op == "Pow" and v.const(node.inputs[1][0]) == 2.0:
-        return node.inputs[0][0], node
-    if op == "Mul" and len(node.inputs) == 2:
-        a, b = node.inputs[0][0], node.inputs[1][0]
-        if v.root(_unscaled(v, a)) == v.root(_unscaled(v, b)):
-            return _unscaled(v, a), node
-        for x, y in ((a, b), (b, a)):
-            if v.const(x) is not None:
-                return _square_base(v, y, depth + 1)
-    return None
-
-
-def _unscaled(v: _View, t: int) -> int:
-    """`t` without constant factors: x for 2 * x."""
-    for _ in range(4):
-        node = v.producer(t)
-        if node is None or node.ref.op_type != "Mul" or len(node.inputs) != 2:
-            return t
-        consts = [v.const(i) is not None for i, _ in node.inputs]
-        if consts.count(True) != 1:
-            return t
-        t = node.inputs[consts.index(False)][0]
-    return t

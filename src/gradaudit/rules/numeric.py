@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from ..model import Severity
-from .base import Rule, rule
+from .base import Rule, define
 
-
-@rule("GA201", "gradient-mismatch", Severity.ERROR, probes=True,
-      fix="Fix the gradient function (tf.custom_gradient / tf.RegisterGradient) named in the message; "
-          "check it against the derivative of the forward pass it replaces.")
-class GradientMismatch:
-    """The gradient TensorFlow computes is not the derivative of the forward pass.
+GradientMismatch = define(
+    "GA201", "gradient-mismatch", Severity.ERROR, probes=True,
+    fix="Fix the gradient function (tf.custom_gradient / tf.RegisterGradient) named in the message; "
+        "check it against the derivative of the forward pass it replaces.",
+    doc="""The gradient TensorFlow computes is not the derivative of the forward pass.
 
     ## What it does
     Projects the outputs on a random signed cotangent u and compares the directional derivative
@@ -43,14 +42,15 @@ class GradientMismatch:
         e = tf.exp(x)
         return tf.math.log(1 + e), lambda dy: dy * (1 - 1 / (1 + e))
     ```
-    """
+    """,
+)
 
 
-@rule("GA202", "nondeterministic", Severity.WARNING,
-      fix="Export the model for inference without active randomness (dropout with training=False, no "
-          "random noise layers), or use stateless random ops with a fixed seed.")
-class Nondeterministic:
-    """Two evaluations of the model at the same point give different outputs.
+Nondeterministic = define(
+    "GA202", "nondeterministic", Severity.WARNING,
+    fix="Export the model for inference without active randomness (dropout with training=False, no "
+        "random noise layers), or use stateless random ops with a fixed seed.",
+    doc="""Two evaluations of the model at the same point give different outputs.
 
     ## What it does
     Evaluates the outputs twice at the same inputs and variables; when they differ by more than
@@ -74,13 +74,14 @@ class Nondeterministic:
         h = self.dense(x)
         return tf.nn.dropout(h, rate=0.5) if training else h
     ```
-    """
+    """,
+)
 
 
-@rule("GA203", "surrogate-gradient", Severity.INFO,
-      fix="Nothing to do if the surrogate is intended (straight-through estimator, fake quantisation).")
-class SurrogateGradient:
-    """The forward pass is piecewise constant along a direction while its gradient is not zero.
+SurrogateGradient = define(
+    "GA203", "surrogate-gradient", Severity.INFO,
+    fix="Nothing to do if the surrogate is intended (straight-through estimator, fake quantisation).",
+    doc="""The forward pass is piecewise constant along a direction while its gradient is not zero.
 
     ## What it does
     Reports checks where the finite-difference derivative is zero (the outputs do not move,
@@ -102,14 +103,15 @@ class SurrogateGradient:
     ## Use instead
     Keep it if intended. If a true derivative is wanted, use a smooth function instead of
     the quantiser.
-    """
+    """,
+)
 
 
-@rule("GA204", "missing-gradient", Severity.ERROR,
-      fix="Find the op TensorFlow cannot differentiate on this path (run the static rules with the same "
-          "signature) and replace it, or give it a gradient.")
-class MissingGradient:
-    """TensorFlow returns no gradient although the outputs depend on the source.
+MissingGradient = define(
+    "GA204", "missing-gradient", Severity.ERROR,
+    fix="Find the op TensorFlow cannot differentiate on this path (run the static rules with the same "
+        "signature) and replace it, or give it a gradient.",
+    doc="""TensorFlow returns no gradient although the outputs depend on the source.
 
     ## What it does
     Reports sources for which the static pass found a gradient path to an output, but
@@ -127,14 +129,15 @@ class MissingGradient:
     ## Use instead
     Differentiable TensorFlow ops on the path, or a custom gradient saved with the model
     (`tf.saved_model.SaveOptions(experimental_custom_gradients=True)`).
-    """
+    """,
+)
 
 
-@rule("GA205", "unrunnable-model", Severity.WARNING,
-      fix="Make the model runnable after tf.saved_model.load (no tf.py_function / tf.numpy_function, "
-          "custom op libraries loaded), or pass --static-only.")
-class UnrunnableModel:
-    """The loaded model cannot be evaluated, so its gradients could not be checked numerically.
+UnrunnableModel = define(
+    "GA205", "unrunnable-model", Severity.WARNING,
+    fix="Make the model runnable after tf.saved_model.load (no tf.py_function / tf.numpy_function, "
+        "custom op libraries loaded), or pass --static-only.",
+    doc="""The loaded model cannot be evaluated, so its gradients could not be checked numerically.
 
     ## What it does
     Reports TensorFlow's error when the model, loaded with `tf.saved_model.load`, fails to run
@@ -155,7 +158,8 @@ class UnrunnableModel:
     y = tf.math.sinh(x)
     ```
     If the inputs must lie in a range (token ids, images), pass real examples with `--inputs`.
-    """
+    """,
+)
 
 
 RULES: tuple[Rule, ...] = (GradientMismatch, Nondeterministic, SurrogateGradient, MissingGradient,

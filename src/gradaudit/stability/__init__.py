@@ -1,5 +1,5 @@
 """Numerical stability of a loaded SavedModel: probes over a ladder of input scales, forensics naming the
-op at fault, and second-order checks. The static hazard lints they confirm live in rules/hazards.py.
+op at fault, and second-order checks. The static hazard lints they confirm live in static/hazards.py.
 
 Entry point `run_stability`, called by `gradaudit.audit` after the numeric checks.
 """
@@ -37,7 +37,7 @@ class StabilityOutcome:
     def confirm(self, findings: list[Finding]) -> list[Finding]:
         """The static findings, with each hazard the probes saw fail raised to an error that says so, and
         each one they reached without seeing it fail lowered to info."""
-        from ..rules.hazards import confirmed, unconfirmed
+        from ..static.hazards import confirmed, unconfirmed
 
         def judged(f: Finding) -> Finding:
             key = (f.code, f.op, f.message)
@@ -62,7 +62,7 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
         _run(model_dir, tags, signature, analysis, options, outcome)
     except InternalError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the model's failure, or gradaudit's, said as such
+    except Exception as exc:
         if not raised_by_tensorflow(exc):
             raise InternalError("running the stability probes", exc) from exc
         from ..numeric.runner import describe
@@ -77,7 +77,7 @@ def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcom
     from ..numeric.runner import ModelError, load, signature_variables
     from ..numeric.savedmodel import read_saved_model
     from ..numeric.session import Plan
-    from ..rules.hazards import find_hazards
+    from ..static.hazards import find_hazards
     from .probes import Prober, run_ladder
     from .second_order import run_second_order
     from .verdicts import ladder_findings

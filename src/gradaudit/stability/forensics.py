@@ -19,7 +19,6 @@ import numpy as np
 from ..graph.dataflow import TOP, Dataflow
 from ..model import OpRef
 
-
 CONTROL_FLOW = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
 # Ops whose backward turns a finite upstream gradient into NaN or Inf at some finite inputs.
 SINGULAR_BACKWARD = frozenset({"Sqrt", "Rsqrt", "Pow", "Log", "Log1p", "RealDiv", "Div", "DivNoNan", "Reciprocal",

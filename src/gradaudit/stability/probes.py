@@ -249,7 +249,7 @@ class Prober:
     def observe(self, config: tuple[str, ...], scale: float, sign: int) -> dict[tuple[str, str], Observation]:
         point = self.point(config, scale, sign)
         out, grads = self.gradients(point)
-        per_output = {o: (out, grads) for o in self.plan.float_outputs}
+        per_output = dict.fromkeys(self.plan.float_outputs, (out, grads))
         if len(per_output) > 1 and any(nonfinite(g) for g in grads.values()):
             per_output = {o: self.gradients(point, o) for o in self.plan.float_outputs}  # whose gradient?
         exact: dict[str, tuple] = {}
@@ -362,7 +362,7 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
                     prober.check_at(list(config), scale, sign)
     # Variables are not scaled: with several, one row per (output, scale) stands for all of them, as in the
     # numeric checks ("*"), and names those that went wrong.
-    label = {n: ALL_VARIABLES for n in prober.var_names} if len(prober.var_names) > 1 else {}
+    label = dict.fromkeys(prober.var_names, ALL_VARIABLES) if len(prober.var_names) > 1 else {}
     rows: dict[tuple[str, str, float], tuple[Observation, list[str]]] = {}
     for (s, o, scale), obs in worst.items():
         key = (label.get(s, s), o, scale)

@@ -86,10 +86,9 @@ class _HessianVector:
 
 def run_second_order(prober, seed: int) -> SecondOrderOutcome:
     """One check per float input and one for the trainable variables together."""
-    from ..numeric import ALL_VARIABLES
+    from ..numeric import ALL_VARIABLES, sweep
     from ..numeric.checks import output_label
     from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION
-    from ..numeric import sweep
 
     plan = prober.plan
     from ..numeric.runner import ModelError
@@ -209,8 +208,8 @@ def _suspects(prober) -> tuple:
         cutting += [(ref, _SECOND_ORDER_CUTS[o]) for o in sorted(ops & set(_SECOND_ORDER_CUTS))]
     if cutting:
         ref, what = cutting[0]
-        return ref, (f" The custom gradient of {rules.op_label(ref)} ({functions.get(ref)}) uses {what}: its own "
+        return ref, (f" The custom gradient of {ref.label} ({functions.get(ref)}) uses {what}: its own "
                      "derivative is cut there.")
-    shown = ", ".join(rules.op_label(r) for r in custom[:3]) + (", ..." if len(custom) > 3 else "")
+    shown = ", ".join(r.label for r in custom[:3]) + (", ..." if len(custom) > 3 else "")
     return (custom[0] if len(custom) == 1 else None), (
         f" The saved custom gradient{'s' if len(custom) > 1 else ''} differentiated again: {shown}.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..model import Finding, OpRef
 from ..rules import hazards as rules
+from ..static.hazards import Hazard
 from .probes import GRADIENT, Observation
 
 
@@ -21,7 +22,7 @@ def _scales(obs: list[Observation]) -> str:
 
 
 def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[str],
-                    hazards: list[rules.Hazard], scales: list[float] | None = None) -> tuple[list[Finding], dict, dict]:
+                    hazards: list[Hazard], scales: list[float] | None = None) -> tuple[list[Finding], dict, dict]:
     """(findings, confirmations, probed): confirmations map a hazard finding's (code, op, message) to
     evidence; probed maps the hazards the ladder reached (an input it scaled feeds them) and did not
     confirm to where it probed."""
@@ -38,7 +39,7 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
             what = "gradient" if first.kind == GRADIENT else "value"
             confirmations[(h.rule.code, h.op, h.message)] = (
                 f"{values_text({first.value})} {what} at {first.where(inputs)}, first from "
-                f"{rules.op_label(first.culprit.op)}: {first.culprit.detail}")
+                f"{first.culprit.op.label}: {first.culprit.detail}")
 
     probed: dict[tuple[str, OpRef | None, str], str] = {}
     ladder = f"scales ±{', ±'.join(f'{s:g}' for s in scales)}" if scales else "the probe ladder"
@@ -68,9 +69,10 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
         if first.culprit is None:
             text += ". The op at fault could not be located."
         else:
-            text += f". First non-finite value from {rules.op_label(op)}: {first.culprit.detail}."
+            text += f". First non-finite value from {op.label}: {first.culprit.detail}."
             inside = set(first.culprit.suspects)
-            linted = sorted({f"{h.rule.code} {h.rule.slug}" for h in hazards if op in h.involved or inside & h.involved})
+            linted = sorted({f"{h.rule.code} {h.rule.slug}" for h in hazards
+                             if op in h.involved or inside & h.involved})
             if linted:
                 text += f" The hazard {', '.join(linted)} is reported there."
         findings.append(rule.finding(text, op=op, sources=sources, outputs=(output,)))

@@ -3,8 +3,8 @@ rule catalog in gradaudit.rules is plain data)."""
 
 from __future__ import annotations
 
-from ..rules import hazards as _hazards
 from . import flow_rules as _flow
+from . import hazards as _hazards
 from . import safety_rules as _safety
 
 # One registry, run in this order by the static pass.
