@@ -171,7 +171,7 @@ class Checker:
         if unstable:
             sources = sorted({g.source for g in groups if set(g.outputs) & set(unstable)})
             ops = f" The model runs stateful random ops ({', '.join(random_ops)})." if random_ops else ""
-            worst = max(unstable, key=unstable.get)
+            worst = max(unstable, key=lambda o: unstable[o])
             self.findings.append(rules.Nondeterministic.finding(
                 f"Two evaluations at the same point differ (relative difference {unstable[worst]:.1e} in "
                 f"{worst}).{ops} Gradient checks through {', '.join(sorted(unstable))} are not reported.",
@@ -219,8 +219,7 @@ class Checker:
         g = {i: _np(point.g_var[i]) for i in group.variables}
         raw = {i: self.direction(np.asarray(r.var_base[i]), g[i]) for i in group.variables}
         # v follows g's signs, so |g v| summed is <|g|, |v|>: one dot product per variable.
-        size = {i: float(np.dot(np.abs(g[i]).ravel(), np.abs(raw[i]).ravel())) if g[i] is not None else 0.0
-                for i in group.variables}
+        size = {i: _weight(g[i], raw[i]) for i in group.variables}
         positive = [s for s in size.values() if s > 0]
         if len(raw) == 1 or not positive:
             return raw
@@ -419,7 +418,7 @@ class Checker:
     def _report_failure(self, group: Group, attempts: list[Attempt], evaluations: int, u, result) -> None:
         failed = [a for a in attempts if a.kind == "fail"]
         confirming = failed[-1]  # the runner still sits at its point
-        doubt = self.s.domains.doubtful(self._sources(group), group.outputs, self.s.given)
+        doubt = self.s.domains.doubtful(self._sources(group), group.outputs, set(self.s.given))
         if doubt is not None:
             op = doubt.op
             self.results.append(result(
@@ -506,3 +505,8 @@ class Checker:
             else:  # the discrepancy only shows with the halves together: name the set
                 found.append((idx, idx_est))
         return sorted(found, key=lambda item: item[0]), spent
+
+
+def _weight(g, v) -> float:
+    """<|g|, |v|>: how much a variable contributes to <g, v> (0 without a gradient)."""
+    return 0.0 if g is None else float(np.dot(np.abs(g).ravel(), np.abs(v).ravel()))

@@ -177,7 +177,7 @@ def _labels_reached(g, t: int):
     """(the distribution op whose labels are the input itself, the ones it reaches through other ops)."""
     direct = None
     through = []
-    seen: set[int] = set()
+    seen: set[tuple[int, bool]] = set()
     stack = [(t, True)]
     while stack and len(seen) < 4096:
         x, unchanged = stack.pop()

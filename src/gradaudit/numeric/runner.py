@@ -7,7 +7,6 @@ costs one trace of each, whatever the number of steps and checks.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +105,7 @@ class PositionalFunction:
 class Runner:
     """Evaluates and differentiates u·f at a point (input values, variable values) and along lines."""
 
-    def __init__(self, fn: Callable[..., dict[str, Any]], inputs: dict[str, np.ndarray], input_sources: list[str],
+    def __init__(self, fn: Any, inputs: dict[str, np.ndarray], input_sources: list[str],
                  variables: list[tuple[str, Any]], float_outputs: list[str], specs: dict[str, Any] | None = None):
         """`fn(**inputs)` returns the outputs by name; `specs` are its inputs' TensorSpecs by name (by
         default the signature's, `fn.structured_input_signature`)."""

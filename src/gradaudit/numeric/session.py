@@ -73,7 +73,7 @@ class Plan:
         floats = [out_dtypes[o] for o in self.float_outputs] + [specs[n].dtype for n in self.input_sources]
         floats += [tf.as_dtype(s.dtype) for s in sources if s.kind == "variable" and s.differentiable
                    and s.dtype in EPS]
-        self.native = max((d.name for d in floats if d.name in EPS), key=EPS.get, default="float32")
+        self.native = max((d.name for d in floats if d.name in EPS), key=lambda n: EPS[n], default="float32")
         self._status = {(f.source, f.output): f.status for f in flow}
         self._partial = {(f.source, f.output) for f in flow if f.partial_by}
 

@@ -115,6 +115,7 @@ def float64_blockers(info: SavedModelInfo) -> list[str]:
                 if attr.type not in ("type", "list(type)"):
                     continue
                 value = node.attr.get(attr.name)
+                types: tuple[int, ...]
                 if attr.type == "type":
                     types = (value.type,) if value is not None else (attr.default_value.type,)
                 else:

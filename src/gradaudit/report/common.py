@@ -83,7 +83,7 @@ def visible(value: T) -> T:
     if isinstance(value, str):
         return printable(value)  # type: ignore[return-value]
     if isinstance(value, (list, tuple)):
-        return type(value)(visible(v) for v in value)  # type: ignore[return-value]
+        return type(value)(visible(v) for v in value)
     if isinstance(value, dict):
         return {visible(k): visible(v) for k, v in value.items()}  # type: ignore[return-value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

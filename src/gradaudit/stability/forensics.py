@@ -80,7 +80,7 @@ class Forensics:
             self._refs.setdefault((node.ref.op_type, node.ref.op_name), []).append(node.ref)
             if node.custom_gradient:
                 self._custom_fn[node.ref] = gradient_functions.get(node.custom_gradient, node.custom_gradient)
-        self._graph = None
+        self._graph: Any = None  # the model's graph, built on first use
         self._by_output: dict[str, tuple] = {}
         self._custom_calls: dict[str, tuple[Any, list]] = {}  # op name -> (gradient function, its inputs)
         self._parts: dict[tuple[str, str], tuple] = {}  # (op, input) -> what op's backward alone gives it
@@ -226,10 +226,10 @@ class Forensics:
 
         fetched = run([(t, g) for t, g in pairs])
         values = {t.name: v for (t, _), (v, _) in zip(pairs, fetched)}
-        grads = {t.name: gv for (t, _), (_, gv) in zip(pairs, fetched)}
+        grad_values = {t.name: gv for (t, _), (_, gv) in zip(pairs, fetched)}
 
         def finite(t) -> bool:
-            return t.name not in grads or bool(np.all(np.isfinite(grads[t.name])))
+            return t.name not in grad_values or bool(np.all(np.isfinite(grad_values[t.name])))
 
         for op in reversed(self._ops):
             if not all(finite(o) for o in op.outputs):
@@ -238,7 +238,7 @@ class Forensics:
                 if finite(t):
                     continue
                 readers = [c for c in t.consumers() if c.name in self._pos]  # not the gradient ops
-                contribution = grads[t.name] if len(readers) == 1 else self._contribution(op, t, grads, run)
+                contribution = grad_values[t.name] if len(readers) == 1 else self._contribution(op, t, grad_values, run)
                 index = None if contribution is None else _first_bad(contribution)
                 if index is not None:
                     return self._blame(op, values, index, np.shape(contribution), run)
@@ -310,9 +310,9 @@ class Forensics:
                                    if suspects else ""), suspects)
         grad_fn = self._custom_fn.get(ref)
         if grad_fn is not None and op.name in self._custom_calls:
-            inner = self._inside_custom(op, grad_fn, run)
-            if inner is not None:
-                return inner
+            inside = self._inside_custom(op, grad_fn, run)
+            if inside is not None:
+                return inside
             return Culprit(ref, f"the custom gradient {grad_fn} of {op.type} '{ref.op_name}' received "
                                 f"{received} and returned a non-finite gradient from finite upstream gradients")
         return Culprit(ref, f"{op.type} received {received}; its backward turned finite upstream gradients "

@@ -14,6 +14,7 @@ wrong only for large inputs (x > 2) fails there. The probe's own gradient pass i
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,8 @@ def dense(g) -> np.ndarray | None:
 def valid_scales(scales, dtypes) -> tuple[list[float], list[float]]:
     """(scales every dtype represents, scales skipped): beyond the largest finite value, or below the
     smallest subnormal, the scaled input is not the scale asked for."""
-    keep, skipped = set(), set()
+    keep: set[float] = set()
+    skipped: set[float] = set()
     for s in (abs(float(s)) for s in scales):
         fits = all(s <= float(np.finfo(d).max) and (s == 0 or s >= float(np.finfo(d).smallest_subnormal))
                    for d in dtypes)
@@ -135,7 +137,7 @@ class Prober:
         self.forensics = Forensics(loaded.fn, graph, gradient_functions)
         self.suspects = suspects or (lambda _sources, _output: ())
         self._runners: dict[tuple[str | None, bool], object] = {}
-        self._f64 = None  # the loaded float64 copy; False when it cannot be made
+        self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
         self._culprits: dict[tuple, Culprit | None] = {}
         outputs = loaded.fn(**{k: base[k] for k in plan.specs})
         rng = np.random.default_rng([seed, 3])
@@ -305,9 +307,9 @@ class Prober:
             doubt = self.plan.domains.doubtful([r.source], self.plan.connected(r.source), self.given)
             if r.status in ("pass", "fail") or doubt is not None:
                 self.checked.append(replace(r, scale=sign * scale, precision_reason=why))
-        seen = {s for f in self.mismatches for s in f.sources}
+        reported = {s for f in self.mismatches for s in f.sources}
         for f in checker.findings:
-            if f.rule == "gradient-mismatch" and not set(f.sources) & seen:  # one per source is enough
+            if f.rule == "gradient-mismatch" and not set(f.sources) & reported:  # one per source is enough
                 self.mismatches.append(replace(f, message=f"At the probe point {where} (stability probes): "
                                                           f"{f.message}"))
 
@@ -366,8 +368,9 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
     rows: dict[tuple[str, str, float], tuple[Observation, list[str]]] = {}
     for (s, o, scale), obs in worst.items():
         key = (label.get(s, s), o, scale)
-        seen, bad = rows.get(key, (obs, []))
-        rows[key] = (obs if obs.kind > seen.kind else seen, bad + ([s] if obs.kind != OK and s in label else []))
+        worst_obs, bad = rows.get(key, (obs, []))
+        rows[key] = (obs if obs.kind > worst_obs.kind else worst_obs,
+                     bad + ([s] if obs.kind != OK and s in label else []))
     order = {n: i for i, n in enumerate(plan.input_sources + [ALL_VARIABLES] + prober.var_names)}
     outs = {n: i for i, n in enumerate(plan.float_outputs)}
     results = []

@@ -178,8 +178,8 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
                                               f"(error bound {est.rel_bound:.1e} relative)")
         outcome.results.append(NumericResult(label, shown, status, rel if np.isfinite(rel) else None, est.step,
                                              dtype, est.evaluations + 1, reason, precision_reason=why))
-    for reason, (names, outs) in unavailable.items():
-        outputs = tuple(sorted(outs))
+    for reason, (names, out_names) in unavailable.items():
+        outputs = tuple(sorted(out_names))
         outcome.findings.append(rules.SecondOrderUnavailable.finding(
             f"TensorFlow cannot differentiate the gradient of {output_label(outputs, plan.float_outputs)} "
             f"with respect to {', '.join(names)} a second time: {reason}", sources=names, outputs=outputs))

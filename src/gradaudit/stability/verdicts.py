@@ -34,12 +34,12 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
     for h in hazards:
         seen = [obs for _, _, obs in reported if obs.culprit and (
             obs.culprit.op in h.involved or (len(obs.culprit.suspects) == 1 and obs.culprit.suspects[0] in h.involved))]
-        if seen:
-            first = seen[0]
-            what = "gradient" if first.kind == GRADIENT else "value"
+        culprit = seen[0].culprit if seen else None
+        if seen and culprit is not None:
+            what = "gradient" if seen[0].kind == GRADIENT else "value"
             confirmations[(h.rule.code, h.op, h.message)] = (
-                f"{values_text({first.value})} {what} at {first.where(inputs)}, first from "
-                f"{first.culprit.op.label}: {first.culprit.detail}")
+                f"{values_text({seen[0].value})} {what} at {seen[0].where(inputs)}, first from "
+                f"{culprit.op.label}: {culprit.detail}")
 
     probed: dict[tuple[str, OpRef | None, str], str] = {}
     ladder = f"scales ±{', ±'.join(f'{s:g}' for s in scales)}" if scales else "the probe ladder"
@@ -51,22 +51,22 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
 
     findings = []
     for (kind, output, op), items in groups.items():
-        obs = [o for _, o in items]
-        first = obs[0]
+        observed = [o for _, o in items]
+        first = observed[0]
         if kind == GRADIENT:
             sources = tuple(dict.fromkeys(s for s, _ in items))
             text = (f"The gradient of {output} with respect to {', '.join(sources)} is "
-                    f"{values_text({o.value for o in obs})} while {output} is finite, at input scale(s) "
-                    f"{_scales(obs)} (e.g. {first.where(inputs)})")
+                    f"{values_text({o.value for o in observed})} while {output} is finite, at input scale(s) "
+                    f"{_scales(observed)} (e.g. {first.where(inputs)})")
             rule = rules.UnstableGradient
         else:
-            sources = tuple(dict.fromkeys(n for o in obs for n in o.config))
-            text = (f"{output} is {values_text({o.value for o in obs})} at input scale(s) {_scales(obs)} "
+            sources = tuple(dict.fromkeys(n for o in observed for n in o.config))
+            text = (f"{output} is {values_text({o.value for o in observed})} at input scale(s) {_scales(observed)} "
                     f"(e.g. {first.where(inputs)})")
-            if not any(o.gradient for o in obs):
+            if not any(o.gradient for o in observed):
                 text += "; its gradient stays finite there"
             rule = rules.NonfiniteForward
-        if first.culprit is None:
+        if first.culprit is None or op is None:
             text += ". The op at fault could not be located."
         else:
             text += f". First non-finite value from {op.label}: {first.culprit.detail}."

@@ -88,18 +88,19 @@ def find_hazards(analysis) -> list[Hazard]:
                 if t not in gg.ops and t not in gg.producer and t not in gg.aliased_from}
         masks = forward_masks(gg, args, VALUE)
         view = _View(gg, varies=lambda t, m=masks: m[t] != 0, on_path=lambda n: True)
-        srcs, outs = set(), set()
+        user_srcs: set[str] = set()
+        user_outs: set[str] = set()
         for n in nodes:
             s, o = pair(n)
-            srcs.update(s)
-            outs.update(o)
+            user_srcs.update(s)
+            user_outs.update(o)
         refs = {n.ref for n in nodes}
         users_text = ", ".join(sorted(f"{r.op_type} '{r.op_name}' in {r.function}" for r in refs))
         for node in gg.ops.values():
             for rule_, op, involved, message in _squared_denominator(view, node):
                 hazards.append(Hazard(rule_, op, frozenset(involved | refs),
                                       f"{message}, in the custom gradient of {users_text}",
-                                      tuple(sorted(srcs)), tuple(sorted(outs))))
+                                      tuple(sorted(user_srcs)), tuple(sorted(user_outs))))
     return hazards
 
 
@@ -155,7 +156,8 @@ class _View:
     def depends_on(self, t: int, target: int) -> bool:
         """Whether the value of `t` is computed from `target` (a bounded walk upstream)."""
         target = self.root(target)
-        seen, stack = set(), [t]
+        seen: set[int] = set()
+        stack = [t]
         while stack and len(seen) < _WALK_LIMIT * 4:
             x = self.root(stack.pop())
             if x == target:
@@ -247,9 +249,10 @@ def _zero_at_ordinary_inputs(v: _View, t: int, depth: int = 0) -> str | None:
         return "a square"
     terms = node.inputs[:1] if op in _REDUCE else node.inputs if op in _ADD or op == "AddN" else []
     parts = [_zero_at_ordinary_inputs(v, i, depth + 1) for i, _ in terms]
-    if not parts or not all(parts):
+    found = [p for p in parts if p]
+    if not parts or len(found) < len(parts):
         return None
-    squares = all(p.endswith(("square", "squares")) for p in parts)
+    squares = all(p.endswith(("square", "squares")) for p in found)
     return "a sum of squares" if squares else "a sum of non-negative terms"
 
 
