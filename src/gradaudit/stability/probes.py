@@ -297,10 +297,17 @@ class Prober:
         checker = Checker(runner, settings, np.random.default_rng([self.seed, 5, int(scale * 1e3), sign + 1]))
         checker.base_outputs = out
         where = f"inputs × {sign * scale:g}"
+        point = Point(g_in, g_var, out)
         for n in inputs:
-            outs = self.plan.connected(n)
-            if outs:
-                checker.check_group(Group(n, outs, inputs=[n]), self.u, Point(g_in, g_var, out))
+            for outs in self.plan.output_groups(n):
+                before = len(checker.results)
+                checker.check_group(Group(n, outs, inputs=[n]), self.u, point)
+                if len(outs) > 1 and all(r.status == "inconclusive" for r in checker.results[before:]):
+                    # one output oscillating or saturating at this scale must not hide another's wrong
+                    # gradient: check them one by one
+                    del checker.results[before:]
+                    for o in outs:
+                        checker.check_group(Group(n, (o,), inputs=[n]), self.u, point)
         why = "the stability probes run the model in its own precision"
         for r in checker.results:
             # Saturated or masked outputs (zero gradient, flat forward) say nothing at a probe point.
