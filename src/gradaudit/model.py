@@ -147,12 +147,14 @@ class NumericResult:
     # a `fail` that a cut found by the static pass explains (the gradient leaves that path out by design):
     # the cut op's label; such a mismatch is expected, not a finding against the model
     expected_by: str | None = None
+    # the relative discrepancy rounding, truncation and the floor explain: above it, the check fails
+    bound: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {"source": self.source, "output": self.output, "status": self.status,
              "rel_error": self.rel_error, "step": self.step, "dtype": self.dtype,
              "evaluations": self.evaluations, "reason": self.reason,
-             "precision_reason": self.precision_reason, "scale": self.scale}
+             "precision_reason": self.precision_reason, "scale": self.scale, "bound": self.bound}
         if self.expected_by:
             d["expected_by"] = self.expected_by
         return d

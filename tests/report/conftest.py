@@ -46,7 +46,8 @@ def numeric_report(mlp_report) -> Report:
     src = [s.name for s in mlp_report.sources if s.differentiable][:4]
     out = mlp_report.outputs[0].name
     results = [NumericResult(s, out, status, 1e-3 if status == "fail" else None, 1e-3, "float64", 8,
-                             reason=None if status in ("pass", "fail") else f"why {status}")
+                             reason=None if status in ("pass", "fail") else f"why {status}",
+                             bound=1e-8 if status == "fail" else None)
                for s, status in zip(src, ("pass", "fail", "skipped", "error"))]
     finding = Finding("GA201", "gradient-mismatch", Severity.ERROR, f"gradient of {out} w.r.t. {src[1]} is wrong",
                       "check the custom gradient", sources=(src[1],), outputs=(out,))

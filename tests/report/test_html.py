@@ -109,6 +109,8 @@ def test_numeric_bars_on_a_log_scale(numeric_report):
     # rel_error 1e-3 on the axis 1e-16 .. 1: (16 - 3) / 16 of the width; no value, no bar
     assert 'style="width: 81.25%"' in dict(bars)["fail"]
     assert dict(bars)["skipped"] == "" and "why skipped" in page
+    # the check's error bound 1e-8 marked on the same axis: (16 - 8) / 16
+    assert 'class="bound" style="left: 50.0%"' in dict(bars)["fail"] and "(bound 1.0e-08)" in page
 
 
 def test_probe_ladder_names_the_op_of_a_nonfinite_cell(argmax_report):

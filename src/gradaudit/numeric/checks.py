@@ -333,7 +333,8 @@ class Checker:
         def result(status: str, reason: str | None, source: str = group.source, e: Estimate = est,
                    evals: int = evaluations) -> NumericResult:
             return NumericResult(source=source, output=label, status=status, rel_error=_finite(e.rel_error),
-                                 step=e.step, dtype=self.s.dtype, evaluations=evals, reason=reason)
+                                 step=e.step, dtype=self.s.dtype, evaluations=evals, reason=reason,
+                                 bound=_finite(e.rel_bound + self.s.floor))
 
         if kinds[-1] == "pass":
             reason = None

@@ -114,6 +114,7 @@ class RuleGroup:
 class Bar:
     result: object  # NumericResult
     percent: float | None  # position of rel_error on the log axis, 0..100
+    bound: float | None = None  # position of the check's error bound on the same axis
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ def model_view(report: Report, index: int, fail_on: str) -> ModelView:
         rules=_rule_groups([f for f in report.findings if not f.suppressed]),
         suppressed=[f for f in report.findings if f.suppressed], paths=path_views,
         paths_not_drawn=len(report.paths) - len(path_views),
-        bars=[Bar(n, _bar(n.rel_error)) for n in report.numeric], ladders=_ladders(report))
+        bars=[Bar(n, _bar(n.rel_error), _bar(n.bound)) for n in report.numeric], ladders=_ladders(report))
 
 
 @lru_cache(maxsize=1)
