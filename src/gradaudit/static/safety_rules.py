@@ -20,11 +20,13 @@ def unsafe_findings(model, sig) -> list[Finding]:
                 f"{v.op.label} {v.why}; it runs from {v.root}", op=v.op))
         else:
             unproven.setdefault(v.op.op_type, []).append(v)
-    for vs in unproven.values():
-        v = vs[0]
-        more = f" (and {len(vs) - 1} more op(s) of this type)" if len(vs) > 1 else ""
+    if unproven:  # one finding for them all: a tokenizer's ops are one fact, not a warning per op
+        first = next(iter(unproven.values()))[0]
+        others = [f"{t} ({len(vs)})" if len(vs) > 1 else t for t, vs in list(unproven.items())[1:]]
+        more = f"; also not proven safe: {', '.join(others)}" if others else ""
+        count = sum(len(vs) for vs in unproven.values())
         findings.append(UnprovenOp.finding(
-            f"{v.op.label}{more} {v.why}; it runs from {v.root}", op=v.op))
+            f"{first.op.label} {first.why}; it runs from {first.root}{more} ({count} op(s) in all)", op=first.op))
     findings.extend(UnsafeAsset.finding(p.message, op=OpRef("asset", p.name, "<assets>")) for p in assets.check(model))
     return findings
 
