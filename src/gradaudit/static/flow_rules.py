@@ -72,6 +72,10 @@ _REASONS = {
 }
 
 
+# Cuts that make TensorFlow raise when it builds the backward of the loaded function that holds them.
+_BREAKS_THE_FUNCTION = frozenset({"no-gradient", "gradient-raises"})
+
+
 def _pairs(analysis, pairs: set[tuple[int, int]]) -> str:
     """`from x, w to y` for a set of (source, output) index pairs, grouped by output set."""
     by_outputs: dict[tuple[int, ...], list[int]] = {}
@@ -112,6 +116,9 @@ def check(analysis) -> list:
                          f"carry one {_pairs(analysis, cut.partial_pairs)}, so the gradient misses this path's "
                          "part")
         msg = f"{where(ref)}: {reason}; {' '.join(parts)}"
+        if cut.rule in _BREAKS_THE_FUNCTION:
+            msg += (f"; a loaded model builds the backward of {ref.function} as a whole, so differentiating it "
+                    "raises for every source of that function, not only these")
         rule_ = by_slug[cut.rule]
         severity = Severity.ERROR if cut.rule == "custom-gradient" else None
         if not cut.blocked_pairs and rule_.partial_severity is not None:
