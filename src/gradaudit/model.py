@@ -46,7 +46,7 @@ class Finding:
     op: OpRef | None = None
     sources: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
-    # Set by configuration / baselines (issue 6); a suppressed finding never fails a run.
+    # Set by configuration and baselines; a suppressed finding never fails a run.
     suppressed: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ so the rounding of z + t v does not count as an error). The discrepancy psi(t) =
 has psi'(0) = (true derivative) - (autodiff derivative): zero when the gradient is right.
 
 Central differences r(h) = (psi(h) - psi(-h)) / 2h carry truncation error O(h^2) and rounding error
-sigma / h (seed 003: in float32 the error grows as the step shrinks). The sweep evaluates a ladder of
+sigma / h (in float32 the error grows as the step shrinks). The sweep evaluates a ladder of
 steps. sigma is measured from the residuals of a cubic fit of psi at the smallest steps; truncation is
 estimated from how far each estimate (plain, and Richardson-extrapolated) is from the next larger step,
 and whether the smaller steps agree with it. The estimate kept is the one with the smallest bound.

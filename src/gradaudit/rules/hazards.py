@@ -16,7 +16,7 @@ Log1pExp = define(
 
     ## Why is this bad?
     In float32 `exp(x)` is inf from x ≈ 88.7, so the value is inf where the true result is
-    about x, and the gradient `exp(x) / (1 + exp(x))` is inf / inf = NaN (seed 001: NaN at x = 100).
+    about x, and the gradient `exp(x) / (1 + exp(x))` is inf / inf = NaN (at x = 100 in float32).
 
     ## Example
     ```python
@@ -151,7 +151,7 @@ SquaredDenominator = define(
 
     ## Why is this bad?
     b**2 underflows to 0 when |b| < 1e-19 and overflows when |b| > 1e19 in float32, even
-    when x / b**2 is representable: seed 000's hand-written gradient `a / b**2` is inf at
+    when x / b**2 is representable: a hand-written gradient `a / b**2` is inf at
     a = b = 1e-20, where the true value is 1e20. The gradient of `reciprocal(b)` is
     -1/b**2 and fails the same way.
 
