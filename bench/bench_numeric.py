@@ -142,6 +142,29 @@ def seeded(tmp: str, seeds: int) -> dict:
     return rows
 
 
+# One whole default audit in a fresh process, its phases timed as the stages announce them (progress.say).
+PHASES = """
+import json, sys, time
+t0 = time.perf_counter()
+from gradaudit.batch import import_tensorflow_quietly
+import_tensorflow_quietly()
+from gradaudit.api import AuditOptions, audit_saved_model
+from gradaudit.progress import observed
+phases = {"import TensorFlow": time.perf_counter() - t0}
+mark = [time.perf_counter(), "read saved_model.pb"]
+def sink(message):
+    phase = message.split(":")[0]
+    if phase != mark[1]:
+        now = time.perf_counter()
+        phases[mark[1]] = phases.get(mark[1], 0.0) + now - mark[0]
+        mark[:] = [now, phase]
+with observed(sink):
+    audit_saved_model(sys.argv[1], AuditOptions())
+phases[mark[1]] = phases.get(mark[1], 0.0) + time.perf_counter() - mark[0]
+print(json.dumps(phases))
+"""
+
+
 def timed(script: str, *args: str, module: bool = False, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
     command = [sys.executable, "-m" if module else "-c", script, *args]
     start = time.perf_counter()
@@ -178,6 +201,8 @@ def resnet(tmp: str, repeat: int, whole_audit: bool) -> dict:
               "all_floor_s": floor, "all_numeric_s": numeric, **verdicts(last)}
     if whole:
         report |= {"whole_audit_s": min(whole), "whole_ratio": min(whole) / min(floor)}
+        print("ResNet50: one whole audit, phase by phase ...", file=sys.stderr)
+        report["phases_s"] = json.loads(timed(PHASES, model)[1].strip().splitlines()[-1])
     return report
 
 
@@ -223,6 +248,7 @@ def main() -> None:
               f"ratio {r['ratio']:.2f} (target <= 2)")
         if "whole_audit_s" in r:
             print(f"  whole default `gradaudit audit`: {r['whole_audit_s']:.1f} s, ratio {r['whole_ratio']:.2f}")
+            print("  phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in r.get("phases_s", {}).items()))
         for check, (status, rel, dtype, evals) in r["checks"].items():
             print(f"  {check}: {status} rel_error={rel} dtype={dtype} evaluations={evals}")
     for case, row in report["small"].items():
