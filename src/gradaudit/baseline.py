@@ -90,20 +90,34 @@ def _entry(doc: dict[str, Any]) -> _Entry:
     return _Entry(tuple(path_parts(target["path"])), target.get("signature"), frozenset(keys))
 
 
-def load(path: str) -> Baseline:
-    """Read a gradaudit JSON report (one model or many) as a baseline."""
+def read_json_report(path: str, what: str, not_json: str) -> dict[str, Any]:
+    """The document of a gradaudit JSON report (schema_version 1) at `path`; exit-2 errors that name `what`
+    the file was read as, and say `not_json` when it does not parse."""
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except OSError as exc:
-        raise GradauditError(f"{path}: cannot read the baseline: {exc.strerror or exc}") from None
+        raise GradauditError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
     except ValueError as exc:
-        raise GradauditError(f"{path}: the baseline is not JSON: {exc}") from None
+        raise GradauditError(f"{path}: {not_json}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema_version") != 1:
+        raise not_a_report(path, KeyError("schema_version"))
+    return doc
+
+
+def not_a_report(path: str, exc: Exception) -> GradauditError:
+    return GradauditError(f"{path}: not a gradaudit JSON report (schema_version 1); missing or bad {exc}")
+
+
+def report_docs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The single-model documents of a report: its `reports`, or the document itself."""
+    return doc["reports"] if "reports" in doc else [doc]
+
+
+def load(path: str) -> Baseline:
+    """Read a gradaudit JSON report (one model or many) as a baseline."""
+    doc = read_json_report(path, "baseline", "the baseline is not JSON")
     try:
-        if not isinstance(doc, dict) or doc.get("schema_version") != 1:
-            raise KeyError("schema_version")
-        docs = doc["reports"] if "reports" in doc else [doc]
-        return Baseline(os.path.abspath(path), tuple(_entry(d) for d in docs))
+        return Baseline(os.path.abspath(path), tuple(_entry(d) for d in report_docs(doc)))
     except (KeyError, TypeError) as exc:
-        raise GradauditError(f"{path}: not a gradaudit JSON report (schema_version 1); missing or bad {exc}") \
-            from None
+        raise not_a_report(path, exc) from None

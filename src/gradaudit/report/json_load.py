@@ -3,11 +3,10 @@ report is the contract, so what one run wrote another can render in any format."
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from ..errors import GradauditError
+from ..baseline import not_a_report, read_json_report, report_docs
 from ..model import (
     BlockedPath,
     Cut,
@@ -92,19 +91,9 @@ def report_from_dict(d: dict[str, Any]) -> Report:
 
 def load(path: str) -> ReportFile:
     """A JSON report written by `--format json` / `--json` (one model or several); exit-2 errors otherwise."""
+    doc = read_json_report(path, "report", "not JSON")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as exc:
-        raise GradauditError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise GradauditError(f"{path}: not JSON: {exc}") from None
-    try:
-        if not isinstance(doc, dict) or doc.get("schema_version") != 1:
-            raise KeyError("schema_version")
-        docs = doc["reports"] if "reports" in doc else [doc]
         errors = tuple((e["path"], e["error"]) for e in doc.get("errors", ()))
-        return ReportFile(path, tuple(report_from_dict(d) for d in docs), errors)
+        return ReportFile(path, tuple(report_from_dict(d) for d in report_docs(doc)), errors)
     except (KeyError, TypeError, ValueError) as exc:
-        raise GradauditError(f"{path}: not a gradaudit JSON report (schema_version 1); missing or bad {exc}") \
-            from None
+        raise not_a_report(path, exc) from None
