@@ -9,7 +9,7 @@ import os
 import pytest
 import tensorflow as tf
 from click.testing import CliRunner
-from helpers import save_module
+from helpers import save_module, save_slow_model
 
 from gradaudit.api import AuditOptions, audit_saved_model
 from gradaudit.cli import main
@@ -21,17 +21,7 @@ THIRDPARTY = os.path.join(ROOT, "sample_models", "thirdparty")
 @pytest.fixture(scope="module")
 def slow_model(tmp_path_factory) -> str:
     """A healthy model whose forward pass never ends in practice: only a timeout stops the checks."""
-
-    class Slow(tf.Module):
-        def __init__(self):
-            self.w = tf.Variable(1.0, name="w")
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
-        def __call__(self, x):
-            _, h = tf.while_loop(lambda i, h: i < 10**9, lambda i, h: (i + 1, tf.sin(h) * self.w), (0, x))
-            return {"y": h}
-
-    return save_module(Slow(), str(tmp_path_factory.mktemp("slow") / "slow"))
+    return save_slow_model(str(tmp_path_factory.mktemp("slow") / "slow"))
 
 
 def test_timeout_is_incomplete_never_a_pass(slow_model):

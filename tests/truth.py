@@ -21,16 +21,6 @@ import numpy as np
 Truth = dict[str, dict[tuple[str, str], str]]
 
 
-def _status(grad) -> str:
-    import tensorflow as tf
-
-    if grad is None:
-        return "none"
-    if isinstance(grad, tf.IndexedSlices):
-        grad = tf.convert_to_tensor(grad)
-    return "nonzero" if np.any(np.asarray(grad.numpy(), dtype=np.float64)) else "zero"
-
-
 def _inputs(fn, rng) -> dict | None:
     import tensorflow as tf
 
@@ -75,8 +65,11 @@ def _trainable_names(path: str, key: str) -> dict[int, str]:
 
 
 def tape_truth(path: str, keys: list[str]) -> Truth:
-    """Truth for each signature key of the SavedModel at `path` (signatures with string inputs are left out)."""
+    """Truth for each signature key of the SavedModel at `path` (signatures with string inputs are left out),
+    with the helper the third-party fixtures' builders use."""
     import tensorflow as tf
+
+    from sample_models.thirdparty.truth import pair_truths
 
     obj = tf.saved_model.load(path)
     rng = np.random.default_rng(0)
@@ -89,24 +82,8 @@ def tape_truth(path: str, keys: list[str]) -> Truth:
         by_handle = {id(v.handle): v for v in fn.variables}
         variables = [(name, by_handle[id(fn.captured_inputs[i])]) for i, name in _trainable_names(path, key).items()
                      if i < len(fn.captured_inputs) and id(fn.captured_inputs[i]) in by_handle]
-        sources = [(n, t) for n, t in feed.items() if t.dtype.is_floating] + variables
-        truth: dict[tuple[str, str], str] = {}
-        for out_name, spec in fn.structured_outputs.items():
-            if not spec.dtype.is_floating:
-                continue
-            for src_name, src in sources:
-                try:
-                    with tf.GradientTape() as tape:  # fresh and non-persistent: see TF-NOTES
-                        for t in feed.values():
-                            if t.dtype.is_floating:
-                                tape.watch(t)
-                        y = fn(**feed)[out_name]
-                        c = tf.constant(rng.standard_normal(y.shape.as_list() or []), y.dtype)
-                        loss = tf.reduce_sum(y * c)
-                    truth[src_name, out_name] = _status(tape.gradient(loss, src))
-                except Exception as exc:
-                    truth[src_name, out_name] = f"error: {exc.__class__.__name__}"
-        out[key] = truth
+        rows = pair_truths(fn, {k: t.numpy() for k, t in feed.items()}, variables)  # the fixtures' own method
+        out[key] = {(r["source"], r["output"]): r["truth"] for r in rows}
     return out
 
 

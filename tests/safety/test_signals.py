@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-import tensorflow as tf
+from helpers import save_slow_model
 
 pytestmark = pytest.mark.slow  # signals sent to gradaudit processes
 
@@ -18,19 +18,7 @@ pytestmark = pytest.mark.slow  # signals sent to gradaudit processes
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory) -> str:
     """A model whose forward pass loops 10^9 times: the run is still in the model when it is stopped."""
-    class Slow(tf.Module):
-        def __init__(self):
-            self.w = tf.Variable(1.0, name="w")
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
-        def __call__(self, x):
-            _, h = tf.while_loop(lambda i, h: i < 10**9, lambda i, h: (i + 1, tf.sin(h) * self.w), (0, x))
-            return {"y": h}
-
-    module = Slow()
-    path = str(tmp_path_factory.mktemp("signals") / "slow")
-    tf.saved_model.save(module, path, signatures={"serving_default": module.__call__})
-    return path
+    return save_slow_model(str(tmp_path_factory.mktemp("signals") / "slow"))
 
 
 def _children(pid: int) -> set[int]:
