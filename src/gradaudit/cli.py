@@ -264,9 +264,8 @@ def audit_command(models, recursive, jobs, shard, html_path, tags, signature, al
         _error(failure.error)
     changes = _since_baseline(baseline, reports, debug) if baseline else None
     if reports or shard:  # an empty shard still writes its report, for `merge`
-        extra = (("json", json_path), ("sarif", sarif_path), ("junit", junit_path), ("markdown", markdown_path),
-                 ("html", html_path))
-        targets = [(fmt, output), *((name, path) for name, path in extra if path)]
+        targets = _targets(fmt, output, json=json_path, sarif=sarif_path, junit=junit_path, markdown=markdown_path,
+                           html=html_path)
         if write_baseline:
             targets.append(("json", write_baseline))
         _write(targets, reports, fail_on, failures, changes, debug)
@@ -309,6 +308,12 @@ def _write(targets, reports, fail_on: str, failures, changes, debug: bool) -> No
                 click.echo("\n" + render_text(changes), nl=False)
         else:
             _emit(render_run(name, reports, fail_on, failures, changes), path, debug)
+
+
+def _targets(fmt: str, output: str | None, **also: str | None) -> list[tuple[str, str | None]]:
+    """(format, path) of every report to write: the main one (stdout when `output` is None), then each
+    `--json`/`--sarif`/... given."""
+    return [(fmt, output), *((name, path) for name, path in also.items() if path)]
 
 
 def _emit(text: str, path: str | None, debug: bool) -> None:
@@ -386,10 +391,8 @@ def merge_command(reports, fmt, output, json_path, sarif_path, junit_path, markd
     failures = [AuditFailure(path, error) for path, error in errors]
     for failure in failures:
         _error(failure.error)
-    extra = (("json", json_path), ("sarif", sarif_path), ("junit", junit_path), ("markdown", markdown_path),
-             ("html", html_path))
-    _write([(fmt, output), *((name, path) for name, path in extra if path)], merged, fail_on, failures, None,
-           debug)
+    _write(_targets(fmt, output, json=json_path, sarif=sarif_path, junit=junit_path, markdown=markdown_path,
+                    html=html_path), merged, fail_on, failures, None, debug)
     if failures:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if not exit_zero and any(r.gate_fails(fail_on) for r in merged) else EXIT_OK)
