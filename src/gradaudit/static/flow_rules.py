@@ -208,7 +208,9 @@ def _unknown_op_findings(analysis, reported: set, where) -> list:
             f"touch only string or integer values, lie under a custom gradient that replaces theirs, or reach no "
             f"output): {kinds}"
             + (f" (from {', '.join(packages)})" if packages else ""), severity=Severity.INFO,
-            fix="Nothing to do for the gradient; --load-ops PACKAGE lets the numeric checks run the model."))
+            fix="Nothing to do for the gradient. --load-ops PACKAGE makes the ops known to this TensorFlow; running "
+                "the model (numeric checks, probes) also needs --allow-unsafe-ops, as ops outside the reviewed list "
+                "are not proven safe."))
     return findings
 
 
