@@ -243,7 +243,7 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
         if options.timeout:
             _execute_isolated(report, path, options, key)
         else:
-            _execute(report, analysis, path, options, key)
+            _execute(report, analysis, path, options, key, model.proto)
     return _finish(report)
 
 
@@ -255,11 +255,20 @@ def _full_tracebacks() -> None:
     tf.debugging.disable_traceback_filtering()
 
 
-def _execute(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
-    """The part of an audit that runs the model: numeric checks, then stability probes."""
+def _execute(report: Report, analysis, path: str, options: AuditOptions, key: str, proto=None) -> None:
+    """The part of an audit that runs the model: numeric checks, then stability probes, on the model read
+    once (`proto`, the static pass's parse) and loaded at most once in each precision."""
+    from .numeric.runner import ModelLoads
+
     _full_tracebacks()
-    _guard("running the numeric checks", report, lambda: _run_numeric(report, path, options, key, analysis))
-    _guard("running the stability probes", report, lambda: _run_stability(report, analysis, path, options, key))
+    loads = ModelLoads(path, options.tags, key, proto)
+    try:
+        _guard("running the numeric checks", report,
+               lambda: _run_numeric(report, path, options, key, analysis, loads))
+        _guard("running the stability probes", report,
+               lambda: _run_stability(report, analysis, path, options, key, loads))
+    finally:
+        loads.close()
 
 
 def _executed_part(path: str, options: AuditOptions, key: str):
@@ -399,16 +408,16 @@ def _numeric_options(options: AuditOptions):
                           shapes=options.shapes, inputs_file=options.inputs_file)
 
 
-def _run_numeric(report: Report, path: str, options: AuditOptions, key: str, analysis=None) -> None:
+def _run_numeric(report: Report, path: str, options: AuditOptions, key: str, analysis=None, loads=None) -> None:
     from .numeric import run_numeric
 
     say("numeric checks")
     _add_numeric(report, run_numeric(path, options.tags, key, report.sources, report.outputs, report.flow,
                                      _numeric_options(options), progress=lambda m: say(f"numeric checks: {m}"),
-                                     analysis=analysis))
+                                     analysis=analysis, loads=loads))
 
 
-def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str) -> None:
+def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str, loads=None) -> None:
     from .stability import DEFAULT_SCALES, StabilityOptions, run_stability
 
     numeric = _numeric_options(options)
@@ -416,7 +425,7 @@ def _run_stability(report: Report, analysis, path: str, options: AuditOptions, k
         numeric = replace(numeric, batch_size=1)
     say("stability probes" + (" and second order" if options.order == 2 else ""))
     outcome = run_stability(path, options.tags, key, analysis, StabilityOptions(
-        numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order))
+        numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order), loads)
     report.stability.extend(outcome.results)
     report.numeric.extend(outcome.numeric)
     report.findings[:] = outcome.confirm(report.findings) + outcome.findings

@@ -39,19 +39,29 @@ class NumericOutcome:
 def run_numeric(model_dir: str, tags: tuple[str, ...], signature: str,
                 sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
                 options: NumericOptions, progress: Callable[[str], None] | None = None,
-                analysis=None) -> NumericOutcome:
+                analysis=None, loads=None) -> NumericOutcome:
     """Check, for every differentiable source of a SavedModel signature, that TensorFlow's gradient is
     the derivative of the forward pass. `analysis`, the static pass's StaticAnalysis, tells what values
     the inputs are made for (token ids, label distributions); without it they are generic.
 
     Never raises for a model that cannot load, run or be differentiated: those become results with
     status `error` (and a finding when the model itself is at fault).
+
+    `loads` (a runner.ModelLoads) shares the parsed and loaded model with the stability probes; without
+    it the model is read and loaded here and closed at the end.
     """
     from .domains import infer
+    from .runner import ModelLoads
     from .session import run_session
 
-    return _guarded(lambda: run_session(model_dir, tags, signature, sources, outputs, flow, options,
-                                        progress or (lambda _msg: None), infer(analysis)))
+    own = loads is None
+    shared = ModelLoads(model_dir, tags, signature) if loads is None else loads
+    try:
+        return _guarded(lambda: run_session(shared, sources, outputs, flow, options,
+                                            progress or (lambda _msg: None), infer(analysis)))
+    finally:
+        if own:
+            shared.close()
 
 
 def run_numeric_function(fn, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],

@@ -219,3 +219,54 @@ class Runner:
         """Variables back to the base point after a line was evaluated."""
         for v, b in zip(self.vars, self.var_base):
             v.assign(b)
+
+
+class ModelLoads:
+    """The audited SavedModel read once and loaded at most once in each precision, shared by the numeric
+    checks and the stability probes (loading ResNet50 costs about as much as five gradient passes).
+
+    `get(float64)` loads on first use; a load that failed, or a copy dropped with `fail` because it loads
+    but cannot run (a compiled XlaCallModule fixed to float32), raises the same error again without
+    retrying. `close()` removes the float64 copy's folder."""
+
+    def __init__(self, path: str, tags: tuple[str, ...], signature: str, proto: Any = None):
+        self.path, self.tags, self.signature, self._proto = path, tags, signature, proto
+        self._info: SavedModelInfo | None = None
+        self._loaded: dict[bool, Loaded] = {}
+        self._failed: dict[bool, BaseException] = {}
+        self.loads = 0  # how many times a model was loaded (benchmarks, tests)
+
+    @property
+    def info(self) -> SavedModelInfo:
+        if self._info is None:
+            from .savedmodel import read_saved_model
+
+            self._info = read_saved_model(self.path, self.tags, self.signature, proto=self._proto)
+        return self._info
+
+    def get(self, float64: bool) -> Loaded:
+        if float64 in self._failed:
+            raise self._failed[float64]
+        if float64 not in self._loaded:
+            self.loads += 1
+            try:
+                self._loaded[float64] = load(self.info, self.tags, float64)
+            except Exception as exc:
+                self._failed[float64] = exc
+                raise
+        return self._loaded[float64]
+
+    def failed(self, float64: bool) -> BaseException | None:
+        return self._failed.get(float64)
+
+    def fail(self, float64: bool, exc: BaseException) -> None:
+        """The model in this precision loads but cannot run: close it, and let every later `get` raise."""
+        loaded = self._loaded.pop(float64, None)
+        if loaded is not None:
+            loaded.close()
+        self._failed[float64] = exc
+
+    def close(self) -> None:
+        for loaded in self._loaded.values():
+            loaded.close()
+        self._loaded.clear()

@@ -79,11 +79,12 @@ def _scan(meta_graph, root: str | None) -> tuple[frozenset[str], list[OpRef]]:
     return frozenset(op for op in ops if op not in functions), custom
 
 
-def read_saved_model(path: str, tags: tuple[str, ...], signature: str) -> SavedModelInfo:
+def read_saved_model(path: str, tags: tuple[str, ...], signature: str, proto: Any = None) -> SavedModelInfo:
+    """`proto`: the SavedModel the static pass already parsed (it is parsed here otherwise)."""
     from ..targets.saved_model import SavedModelFile
 
     # The same reading and meta-graph choice as the static pass (pb or pbtxt, tags as a set).
-    proto = SavedModelFile.parse(path)
+    proto = proto if proto is not None else SavedModelFile.parse(path)
     meta_graph = SavedModelFile.choose_meta_graph(proto, tags) if tags else proto.meta_graphs[0]
     function, bound_ids = _signature_function(meta_graph, signature)
     nodes = meta_graph.object_graph_def.nodes

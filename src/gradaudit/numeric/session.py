@@ -14,8 +14,8 @@ from . import ALL_VARIABLES, NumericOptions, NumericOutcome
 from .checks import Checker, Group, Settings, output_label
 from .domains import Domains
 from .inputs import InputError, given_inputs, synthesise
-from .runner import ModelError, PositionalFunction, Runner, describe, load, signature_variables
-from .savedmodel import SavedModelInfo, read_saved_model
+from .runner import ModelError, ModelLoads, PositionalFunction, Runner, describe, signature_variables
+from .savedmodel import SavedModelInfo
 from .sweep import ladder_for
 from .upcast import float64_blockers
 
@@ -123,10 +123,10 @@ def _point(plan: Plan, options: NumericOptions, domains: Domains) -> dict[str, n
                               [f"Numeric checks skipped: {exc}"])
 
 
-def run_session(model_dir: str, tags: tuple[str, ...], signature: str, sources: list[Source],
-                outputs: list[Output], flow: list[FlowEntry], options: NumericOptions,
-                progress: Callable[[str], None], domains: Domains | None = None) -> NumericOutcome:
-    info = read_saved_model(model_dir, tags, signature)
+def run_session(loads: ModelLoads, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
+                options: NumericOptions, progress: Callable[[str], None],
+                domains: Domains | None = None) -> NumericOutcome:
+    info = loads.info
     plan = Plan(info, sources, outputs, flow, domains)
     point = _point(plan, options, plan.domains)
     if isinstance(point, NumericOutcome):
@@ -139,14 +139,14 @@ def run_session(model_dir: str, tags: tuple[str, ...], signature: str, sources: 
         blockers = ["the model has no TF2 object graph"] if info.function is None else float64_blockers(info)
         if not blockers:
             try:
-                outcome = _load_and_check(info, tags, plan, point, options, True, progress)
+                outcome = _load_and_check(loads, plan, point, options, True, progress)
                 return _with_precision(outcome, "float64 copy of the model", notes)
             except _Float64Failed as exc:
                 blockers = [str(exc)]
         why = f"the model's own precision: {'; '.join(blockers)}"
         notes.append(f"Float64 evaluation is not possible ({'; '.join(blockers)}): checked in "
                      f"{plan.native} with tolerances from the measured noise.")
-    outcome = _load_and_check(info, tags, plan, point, options, False, progress)
+    outcome = _load_and_check(loads, plan, point, options, False, progress)
     return _with_precision(outcome, why, notes)
 
 
@@ -208,11 +208,14 @@ def _float64_errors() -> tuple[type[BaseException], ...]:
     return (tf.errors.OpError, LookupError, ValueError, TypeError, KeyError)
 
 
-def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: Plan, point: dict[str, np.ndarray],
-                    options: NumericOptions, use64: bool, progress: Callable[[str], None]) -> NumericOutcome:
+def _load_and_check(loads: ModelLoads, plan: Plan, point: dict[str, np.ndarray], options: NumericOptions,
+                    use64: bool, progress: Callable[[str], None]) -> NumericOutcome:
+    """The checks on the model loaded in float64 (`use64`) or as saved; the loaded model stays in `loads`
+    for the stability probes, unless it cannot run."""
+    info = loads.info
     progress("loading the model" + (" (float64 copy)" if use64 else ""))
     try:
-        loaded = load(info, tags, use64)
+        loaded = loads.get(use64)
     except Exception as exc:
         if use64:
             raise _Float64Failed(f"the float64 copy does not load: {describe(exc)}") from exc
@@ -223,14 +226,16 @@ def _load_and_check(info: SavedModelInfo, tags: tuple[str, ...], plan: Plan, poi
         model = _Model(loaded.fn, loaded.fn.structured_input_signature[1],
                        signature_variables(info, loaded.fn), info.op_types, info.custom_gradients)
         return _check(model, plan, point, options, use64, progress)
+    except _Float64Failed as exc:
+        loads.fail(True, exc)
+        raise
     except Exception as exc:
         if not use64 or not isinstance(exc, _float64_errors()):
             raise
         # Whatever the message: a compiled module fixed to float32 (XlaCallModule), a kernel without
         # a float64 version, a variable that cannot take a double. The model may still run as saved.
+        loads.fail(True, exc)
         raise _Float64Failed(f"the float64 copy does not run: {describe(exc)}") from exc
-    finally:
-        loaded.close()
 
 
 def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: NumericOptions, use64: bool,

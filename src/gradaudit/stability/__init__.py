@@ -49,17 +49,22 @@ class StabilityOutcome:
 
 
 def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysis,
-                  options: StabilityOptions) -> StabilityOutcome:
+                  options: StabilityOptions, loads=None) -> StabilityOutcome:
     """Probe the model loaded from `model_dir` (and check second order when `options.order` is 2).
 
     `analysis` is the static pass's StaticAnalysis: its sources, flow and graph (to name ops) and the
-    hazards to confirm. A model that cannot run gives notes, never an exception.
+    hazards to confirm. A model that cannot run gives notes, never an exception. `loads` (a
+    numeric.runner.ModelLoads) is the model as the numeric checks read and loaded it; without it the model
+    is read and loaded here and closed at the end.
     """
     from ..errors import InternalError, raised_by_tensorflow
+    from ..numeric.runner import ModelLoads
 
     outcome = StabilityOutcome()
+    own = loads is None
+    shared = ModelLoads(model_dir, tags, signature) if loads is None else loads
     try:
-        _run(model_dir, tags, signature, analysis, options, outcome)
+        _run(shared, analysis, options, outcome)
     except InternalError:
         raise
     except Exception as exc:
@@ -68,21 +73,23 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
         from ..numeric.runner import describe
 
         outcome.stopped = describe(exc)  # TensorFlow failed on the model: it could not be probed
+    finally:
+        if own:
+            shared.close()
     return outcome
 
 
-def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
+def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
     from ..numeric.domains import infer
     from ..numeric.inputs import InputError, given_inputs, synthesise
-    from ..numeric.runner import ModelError, load, signature_variables
-    from ..numeric.savedmodel import read_saved_model
+    from ..numeric.runner import ModelError, signature_variables
     from ..numeric.session import Plan
     from ..static.hazards import find_hazards
     from .probes import Prober, run_ladder
     from .second_order import run_second_order
     from .verdicts import ladder_findings
 
-    info = read_saved_model(model_dir, tags, signature)
+    info, tags = loads.info, loads.tags
     plan = Plan(info, analysis.sources, analysis.outputs, analysis.flow, infer(analysis))
     if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
         outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
@@ -94,13 +101,13 @@ def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcom
     except InputError as exc:
         outcome.notes.append(f"Stability probes skipped: {exc}")
         return
-    loaded = load(info, tags, False)
+    loaded = loads.get(False)
     by_name = signature_variables(info, loaded.fn)
     variables = [(v, by_name[v]) for v in plan.variable_sources if v in by_name]
     prober = None
     try:
         prober = Prober(loaded, info, tags, plan, base, variables, analysis.graph, analysis.gradient_functions,
-                        n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis))
+                        n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis), loads)
         if plan.input_sources:
             ladder = run_ladder(prober, options.scales)
             outcome.results.extend(ladder.results)
@@ -123,7 +130,6 @@ def _run(model_dir, tags, signature, analysis, options: StabilityOptions, outcom
         if prober is not None:
             outcome.notes.extend(prober.notes)
             prober.close()
-        loaded.close()
 
 
 def _suspects_on_path(analysis):

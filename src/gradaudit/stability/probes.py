@@ -118,9 +118,11 @@ class Prober:
 
     def __init__(self, loaded, info, tags: tuple[str, ...], plan, base: dict[str, np.ndarray],
                  variables: list, graph, gradient_functions: dict[str, str], seed: int, upcast: bool,
-                 given: frozenset[str] = frozenset(), suspects=None):
+                 given: frozenset[str] = frozenset(), suspects=None, loads=None):
         """`suspects(sources, output)`: the ops on the gradient path between them whose backward can make a
-        NaN or Inf (read from the static pass), named when forensics cannot locate the op at fault."""
+        NaN or Inf (read from the static pass), named when forensics cannot locate the op at fault. `loads`
+        (numeric.runner.ModelLoads) holds the float64 copy the numeric checks loaded, shared here."""
+        self.loads = loads
         self.loaded, self.info, self.tags, self.plan, self.base = loaded, info, tags, plan, base
         self.variables = variables  # (source name, loaded tf.Variable)
         self.var_names = [n for n, _ in variables]
@@ -192,9 +194,9 @@ class Prober:
                                   "non-finite value is reported.")
                 return False
             try:
-                self._f64 = load(self.info, self.tags, True)
+                self._f64 = self.loads.get(True) if self.loads is not None else load(self.info, self.tags, True)
             except Exception as exc:  # noqa: BLE001 - the float64 copy is optional
-                self.notes.append(f"The float64 copy for the stability probes could not be loaded "
+                self.notes.append(f"The float64 copy for the stability probes is not available "
                                   f"({describe(exc)}): every non-finite value is reported.")
         return bool(self._f64)
 
@@ -208,7 +210,10 @@ class Prober:
         try:
             return self.gradients(point, output, f64=True)
         except ModelError as exc:
-            self._f64.close()
+            if self.loads is not None:
+                self.loads.fail(True, exc)
+            else:
+                self._f64.close()
             self._f64 = False
             self.notes.append(f"The float64 copy for the stability probes cannot run ({exc}): every non-finite "
                               "value is reported.")
@@ -244,7 +249,7 @@ class Prober:
 
     def close(self) -> None:
         self.forensics.close()
-        if self._f64:
+        if self._f64 and self.loads is None:  # a shared copy is closed by its owner
             self._f64.close()
 
     # -- one probe point ---------------------------------------------------------------------------

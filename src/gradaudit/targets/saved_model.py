@@ -103,7 +103,8 @@ def _result_names(structure) -> list[str] | None:
 class SavedModelFile:
     def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
         self.path = path
-        self.meta_graph = self.choose_meta_graph(self.parse(path), tags)
+        self.proto = self.parse(path)  # read once: the runtime stages take it from here
+        self.meta_graph = self.choose_meta_graph(self.proto, tags)
         self.graph_def = self.meta_graph.graph_def
         self.library = Library(self.graph_def)
         check_count_attrs(self.graph_def, self.library.op_def)
