@@ -1,5 +1,6 @@
-"""Deep graphs: a signature whose function calls another, 1,000 levels deep, is audited (the static pass's
-recursion runs on a stack sized for it); a function that calls itself is a malformed model at once."""
+"""Deep graphs: a signature whose function calls another, 1,000 levels deep, is audited (the static pass
+composes function summaries without recursing on depth); a function that calls itself is a malformed model at
+once."""
 
 from __future__ import annotations
 

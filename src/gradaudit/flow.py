@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .graph.dataflow import CONVERT, GRAD, MAYBE, VALUE, Dataflow, DataflowBuilder, OpNode
+from .graph.dataflow import MAYBE, VALUE, Budget, Dataflow, OpNode
 from .graph.dtypes import DT_BOOL, DT_RESOURCE, carries_gradient, dtype_name, is_float
-from .graph.gradfn import GradFnAnalyzer
 from .graph.gradients import GradientOracle, GradKind
-from .graph.reach import backward_masks, forward_masks, topological_order
+from .graph.reach import GRADIENT_EDGES, ReachMasks, Seeds, reach_masks, topological_order
+from .graph.summaries import Body, Program
 from .model import Cut, FlowEntry, OpRef, Output, Source
 from .targets.saved_model import SavedModelFile, SignatureGraph, VariableInfo
 
@@ -104,29 +105,6 @@ def cut_rule(node: OpNode, g: Dataflow) -> str:
     return "zero-gradient"
 
 
-def _value_to_outputs(g: Dataflow, order, to_out: list[int]) -> list[int]:
-    """For non-float tensors: the outputs their *value* reaches by being converted back into a float
-    (Cast, a Select condition), possibly after integer arithmetic. Shapes and indices do not count."""
-    masks = [0] * len(g.dtype)
-    is_op = g.ops
-    for a in reversed(order.nodes):
-        if a in is_op:
-            m = 0
-            for o in is_op[a].outputs:
-                if not carries_gradient(g.dtype[o]):
-                    m |= masks[o]
-            masks[a] = m
-        elif not carries_gradient(g.dtype[a]):
-            m = 0
-            for b, f in zip(g.succ[a], g.flags[a]):
-                if f & CONVERT:
-                    m |= to_out[b]
-                elif f & VALUE:
-                    m |= masks[b]
-            masks[a] = m
-    return masks
-
-
 # Name scopes of library functions whose stop_gradient changes no gradient: tf.nn.moments (batch and layer
 # normalisation) computes the variance around stop_gradient(mean), whose derivative there is zero;
 # reduce_logsumexp (TensorFlow's and TensorFlow Probability's) shifts by stop_gradient(max) and adds it back,
@@ -174,103 +152,140 @@ def _shadowed(g: Dataflow, tiers, output_tensor: dict[int, int]) -> set[tuple[in
     return out
 
 
-def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) -> StaticAnalysis:
-    builder = DataflowBuilder(model.library, oracle, GradFnAnalyzer(model.library, oracle))
-    if sig.nodes is not None:
-        outs = builder.add_graph_nodes(sig.nodes, sig.where)
+@dataclass(frozen=True)
+class _Root:
+    """The signature's root body: a tensor by its name in the signature, and the captured variables' tensors."""
 
-        def tensor(name: str) -> int:
+    body: Body
+    tensor: Callable[[str], int]
+    variables: dict[int, VariableInfo]
+
+
+def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle,
+            budget: Budget | None = None) -> StaticAnalysis:
+    program = Program(model.library, oracle, budget or Budget())
+    root = _root(program, model, sig)
+    sources, root_sources = _sources(sig, root)
+    outputs = [Output(o.name, dtype_name(o.dtype), o.shape) for o in sig.outputs]
+    root_outputs = {j: root.tensor(o.tensor) for j, o in enumerate(sig.outputs) if is_float(o.dtype)}
+    g, to = program.compose(root.body, _seeds(root_sources, root_outputs))
+    program.add_gradient_graphs(g)
+    source_tensor = {i: to[t] for i, t in root_sources.items()}
+    output_tensor = {j: to[t] for j, t in root_outputs.items()}
+    other_output_tensor = {j: to[root.tensor(o.tensor)] for j, o in enumerate(sig.outputs) if j not in output_tensor}
+
+    masks = reach_masks(g, _seeds(source_tensor, output_tensor), topological_order(g))
+    status = _pair_status(masks, source_tensor, output_tensor)
+    uncertain = _uncertain_pairs(g, masks, source_tensor, output_tensor)
+    for u in uncertain.values():
+        for pair in u.pairs:
+            status[pair] = "unknown"
+    cuts = _cuts(g, masks, status, source_tensor, output_tensor)
+    flow = _flow_entries(sources, outputs, status, cuts, uncertain)
+    return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, other_output_tensor,
+                          masks.reach_value, masks.reach_grad, masks.to_output_value, masks.to_output_grad,
+                          flow, cuts, _uncaptured_trainable(model, sig), model.library.registered_gradients,
+                          model, sig, uncertain, _uncertain_notes(uncertain),
+                          {spec.name: to[root.tensor(spec.tensor)] for spec in sig.inputs})
+
+
+def _root(program: Program, model: SavedModelFile, sig: SignatureGraph) -> _Root:
+    """The body the signature starts from: its own GraphDef nodes, or its root function."""
+    if sig.nodes is not None:
+        body, outs = program.root_graph(sig.nodes, sig.where)
+
+        def node_output(name: str) -> int:
             node, _, idx = name.partition(":")
             return outs[node][int(idx or 0)]
 
-        var_tensors = {outs[n][0]: v for n, v in sig.variables.items() if n in outs and outs[n]}
-    else:
-        root = sig.function or ""
-        args = builder.new_arg_tensors(root)
-        rets = builder.add_function(root, args)
-        fdef = model.library.functions[root]
-        by_name = {a.name: t for a, t in zip(fdef.signature.input_arg, args)}
-        by_name |= {a.name: t for a, t in zip(fdef.signature.output_arg, rets)}
+        return _Root(body, node_output, {outs[n][0]: v for n, v in sig.variables.items() if n in outs and outs[n]})
+    root = sig.function or ""
+    body = program.root_function(root)
+    fdef = model.library.functions[root]
+    by_name = {a.name: t for a, t in zip(fdef.signature.input_arg, body.args)}
+    by_name |= {a.name: t for a, t in zip(fdef.signature.output_arg, body.rets)}
+    return _Root(body, by_name.__getitem__, {by_name[n]: v for n, v in sig.variables.items()})
 
-        def tensor(name: str) -> int:
-            return by_name[name]
 
-        var_tensors = {by_name[n]: v for n, v in sig.variables.items()}
-    g = builder.g
-
+def _sources(sig: SignatureGraph, root: _Root) -> tuple[list[Source], dict[int, int]]:
+    """The signature's inputs and trainable variables, and each differentiable one's tensor."""
     sources: list[Source] = []
     source_tensor: dict[int, int] = {}
     for spec in sig.inputs:
         diff = carries_gradient(spec.dtype) and spec.dtype != DT_RESOURCE
         if diff:
-            source_tensor[len(sources)] = tensor(spec.tensor)
+            source_tensor[len(sources)] = root.tensor(spec.tensor)
         sources.append(Source(spec.name, "input", dtype_name(spec.dtype), spec.shape, diff))
-    for t, v in sorted(var_tensors.items(), key=lambda kv: kv[1].name):
+    for t, v in sorted(root.variables.items(), key=lambda kv: kv[1].name):
         if v.trainable:
             source_tensor[len(sources)] = t
             sources.append(Source(v.name, "variable", dtype_name(v.dtype), v.shape, is_float(v.dtype)))
-    outputs = [Output(o.name, dtype_name(o.dtype), o.shape) for o in sig.outputs]
-    output_tensor = {j: tensor(o.tensor) for j, o in enumerate(sig.outputs) if is_float(o.dtype)}
-    other_output_tensor = {j: tensor(o.tensor) for j, o in enumerate(sig.outputs) if j not in output_tensor}
+    return sources, source_tensor
 
-    order = topological_order(g)
-    seeds = {t: 1 << i for i, t in source_tensor.items()}
-    F = forward_masks(g, seeds, VALUE, order)
-    # Ops whose gradient cannot be known here pass as if they carried one: the pairs that need them are
-    # then "unknown" (below), and every other pair's status and cuts are exactly what they would be.
-    G = forward_masks(g, seeds, GRAD | MAYBE, order)
-    out_seeds: dict[int, int] = {}
+
+def _seeds(source_tensor: dict[int, int], output_tensor: dict[int, int]) -> Seeds:
+    """One bit per source where it enters, one per output where it leaves."""
+    sources = {t: 1 << i for i, t in source_tensor.items()}
+    outputs: dict[int, int] = {}
     for j, t in output_tensor.items():
-        out_seeds[t] = out_seeds.get(t, 0) | 1 << j
-    B = backward_masks(g, out_seeds, VALUE, order)
-    C = backward_masks(g, out_seeds, GRAD | MAYBE, order)
-    V = _value_to_outputs(g, order, B)
+        outputs[t] = outputs.get(t, 0) | 1 << j
+    return Seeds(value=sources, grad=dict(sources), out_value=outputs, out_grad=dict(outputs))
 
+
+def _pair_status(masks: ReachMasks, source_tensor: dict[int, int],
+                 output_tensor: dict[int, int]) -> dict[tuple[int, int], str]:
     status: dict[tuple[int, int], str] = {}
     for i in source_tensor:
         for j, t in output_tensor.items():
-            status[i, j] = ("connected" if G[t] >> i & 1 else "blocked" if F[t] >> i & 1 else "disconnected")
-    uncertain = _uncertain_pairs(g, G, C, source_tensor, output_tensor)
-    for u in uncertain.values():
-        for pair in u.pairs:
-            status[pair] = "unknown"
+            status[i, j] = ("connected" if masks.reach_grad[t] >> i & 1 else
+                            "blocked" if masks.reach_value[t] >> i & 1 else "disconnected")
+    return status
 
-    # Candidate cuts per pair, in three tiers: (0) the op's float result still reaches the output along
-    # gradient-carrying edges; (1) its integer/bool result is turned back into a float value of the
-    # output; (2) any forward path. A blocked pair is explained by its first non-empty tier; a
-    # connected pair by tiers 0 and 1 (a path that is cut while others carry a gradient: round(x) and
-    # float(int(x)) alike), except a comparison's bool result, which gates a path (a ReLU-style mask
-    # x * cast(x > 0) has the gradient of its value almost everywhere) rather than cutting one.
-    cuts: dict[OpRef, OpCut] = {}
+
+def _cut_sources(g: Dataflow, masks: ReachMasks, node: OpNode, op_id: int) -> int:
+    """The sources whose gradient this op stops: they reach an input whose edge carries their value but no
+    gradient (shape reads aside), or a saved custom gradient gives that input none."""
+    src = 0
+    if node.custom_gradient and node.custom_gradient_saved:
+        # The saved gradient function decides; it cuts where it gives an argument no gradient
+        # although the output's value depends on that argument's sources.
+        value = 0
+        for t, f in node.inputs:
+            if f & VALUE:
+                value |= masks.reach_value[t]
+        for t in node.dead_inputs:
+            src |= masks.reach_grad[t] & value
+    elif not _exact_stop(node):
+        for t, f in node.inputs:
+            if f & VALUE and not f & GRADIENT_EDGES and carries_gradient(g.dtype[t]):  # shape reads: no cut
+                src |= masks.reach_grad[t]
+    if masks.reach_grad[op_id] and node.outputs and not any(carries_gradient(g.dtype[o]) for o in node.outputs):
+        src |= masks.reach_grad[op_id]  # a gradient enters, but no output can carry one back: a dead end
+    return src
+
+
+def _cut_candidates(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str],
+                    source_tensor: dict[int, int], output_tensor: dict[int, int]) -> dict[tuple[int, int], list]:
+    """Candidate cuts per pair, in three tiers: (0) the op's float result still reaches the output along
+    gradient-carrying edges; (1) its integer/bool result is turned back into a float value of the
+    output; (2) any forward path. A blocked pair is explained by its first non-empty tier; a
+    connected pair by tiers 0 and 1 (a path that is cut while others carry a gradient: round(x) and
+    float(int(x)) alike), except a comparison's bool result, which gates a path (a ReLU-style mask
+    x * cast(x > 0) has the gradient of its value almost everywhere) rather than cutting one."""
     tiers: dict[tuple[int, int], list[list[OpNode]]] = {}
     for op_id, node in g.ops.items():
-        src = 0
-        if node.custom_gradient and node.custom_gradient_saved:
-            # The saved gradient function decides; it cuts where it gives an argument no gradient
-            # although the output's value depends on that argument's sources.
-            value = 0
-            for t, f in node.inputs:
-                if f & VALUE:
-                    value |= F[t]
-            for t in node.dead_inputs:
-                src |= G[t] & value
-        elif not _exact_stop(node):
-            for t, f in node.inputs:
-                if f & VALUE and not f & (GRAD | MAYBE) and carries_gradient(g.dtype[t]):  # shape reads: no cut
-                    src |= G[t]
-        if G[op_id] and node.outputs and not any(carries_gradient(g.dtype[o]) for o in node.outputs):
-            src |= G[op_id]  # a gradient enters, but no output can carry one back: a dead end
+        src = _cut_sources(g, masks, node, op_id)
         if not src:
             continue
         reach = [0, 0, 0]
         by_number = 0  # outputs an integer result reaches as a value (a bool one only gates)
         for o in node.outputs:
-            reach[0] |= C[o]
+            reach[0] |= masks.to_output_grad[o]
             if not carries_gradient(g.dtype[o]):
-                reach[1] |= V[o]
+                reach[1] |= masks.converted_to_output[o]
                 if g.dtype[o] != DT_BOOL:
-                    by_number |= V[o]
-            reach[2] |= B[o]
+                    by_number |= masks.converted_to_output[o]
+            reach[2] |= masks.to_output_value[o]
         for i in source_tensor:
             if src >> i & 1:
                 for j in output_tensor:
@@ -281,7 +296,15 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
                         if reach[tier] >> j & 1:
                             tiers.setdefault((i, j), [[], [], []])[tier].append(node)
                             break
+    return tiers
+
+
+def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str], source_tensor: dict[int, int],
+          output_tensor: dict[int, int]) -> dict[OpRef, OpCut]:
+    """Each pair's cuts: its first non-empty tier of candidates, without those another candidate shadows."""
+    tiers = _cut_candidates(g, masks, status, source_tensor, output_tensor)
     shadowed = _shadowed(g, tiers, output_tensor)
+    cuts: dict[OpRef, OpCut] = {}
     for (i, j), found in tiers.items():
         for nodes in found:
             if nodes:
@@ -290,32 +313,35 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle) 
                     cut = cuts.get(node.ref) or cuts.setdefault(node.ref, OpCut(node, cut_rule(node, g)))
                     (cut.blocked_pairs if status[i, j] == "blocked" else cut.partial_pairs).add((i, j))
                 break
+    return cuts
 
+
+def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tuple[int, int], str],
+                  cuts: dict[OpRef, OpCut], uncertain: dict[OpRef, Uncertain]) -> list[FlowEntry]:
+    """One FlowEntry per (differentiable source, float output) pair, its cuts ordered by function and op."""
+    by_place = sorted(cuts.items(), key=lambda kv: (kv[0].function, kv[0].op_name))
     flow = []
-    for i in source_tensor:
-        for j in output_tensor:
-            blocked_by = tuple(Cut(ref, c.rule) for ref, c in sorted(cuts.items(), key=lambda kv: (
-                kv[0].function, kv[0].op_name)) if (i, j) in c.blocked_pairs)
-            unknown_by = tuple(sorted((ref for ref, u in uncertain.items() if (i, j) in u.pairs),
-                                      key=lambda r: (r.function, r.op_name)))
-            partial_by = tuple(Cut(ref, c.rule) for ref, c in sorted(cuts.items(), key=lambda kv: (
-                kv[0].function, kv[0].op_name)) if (i, j) in c.partial_pairs and status[i, j] == "connected")
-            flow.append(FlowEntry(sources[i].name, outputs[j].name, status[i, j], blocked_by, unknown_by,
-                                  partial_by))
+    for (i, j), pair_status in status.items():
+        blocked_by = tuple(Cut(ref, c.rule) for ref, c in by_place if (i, j) in c.blocked_pairs)
+        unknown_by = tuple(sorted((ref for ref, u in uncertain.items() if (i, j) in u.pairs),
+                                  key=lambda r: (r.function, r.op_name)))
+        partial_by = tuple(Cut(ref, c.rule) for ref, c in by_place
+                           if (i, j) in c.partial_pairs and pair_status == "connected")
+        flow.append(FlowEntry(sources[i].name, outputs[j].name, pair_status, blocked_by, unknown_by, partial_by))
+    return flow
 
+
+def _uncaptured_trainable(model: SavedModelFile, sig: SignatureGraph) -> list[VariableInfo]:
+    """Trainable variables of the model that this signature does not capture, nor any other entry point."""
     captured = {v.name for v in sig.variables.values()}
     uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]
     if uncaptured and hasattr(model, "entry_point_variables"):  # used by another signature or saved function
         elsewhere = model.entry_point_variables()
         uncaptured = [v for v in uncaptured if v.name not in elsewhere]
-    return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, other_output_tensor, F, G, B, C,
-                          flow, cuts,
-                          list({v.name: v for v in uncaptured}.values()), model.library.registered_gradients,
-                          model, sig, uncertain, _uncertain_notes(uncertain),
-                          {spec.name: tensor(spec.tensor) for spec in sig.inputs})
+    return list({v.name: v for v in uncaptured}.values())
 
 
-def _uncertain_pairs(g: Dataflow, reach_grad: list[int], to_output_grad: list[int], source_tensor: dict[int, int],
+def _uncertain_pairs(g: Dataflow, masks: ReachMasks, source_tensor: dict[int, int],
                      output_tensor: dict[int, int]) -> dict[OpRef, Uncertain]:
     """Each op whose gradient cannot be known here, with the pairs whose float paths run through it: a source
     reaches one of its float inputs, and one of its results reaches the output, along (possible) gradient
@@ -327,10 +353,10 @@ def _uncertain_pairs(g: Dataflow, reach_grad: list[int], to_output_grad: list[in
         src = 0
         for t, f in node.inputs:
             if f & MAYBE:
-                src |= reach_grad[t]
+                src |= masks.reach_grad[t]
         dst = 0
         for o in node.outputs:
-            dst |= to_output_grad[o]
+            dst |= masks.to_output_grad[o]
         pairs = {(i, j) for i in source_tensor if src >> i & 1 for j in output_tensor if dst >> j & 1}
         if pairs:
             out.setdefault(node.ref, Uncertain(node)).pairs |= pairs

@@ -1,10 +1,12 @@
-"""The inlined dataflow graph: every op of a root graph or function, with function calls, While loops,
-If and Case branches inlined, as tensor and op nodes joined by edges that say what they carry."""
+"""The dataflow graph of one function body (or a signature's root graph): tensor and op nodes joined by edges
+that say what they carry. A call (function call, While body, If and Case branch) becomes a Site: argument and
+result nodes joined by the called function's summary edges (graph/summaries.py composes the bodies)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple
 
 from tensorflow.python.framework import tensor_util
 
@@ -21,6 +23,10 @@ BACK = 8  # a While loop's carried value (body result back to body argument)
 # a gradient may flow back here, or not: the op's gradient cannot be known (an op type this TensorFlow does
 # not know, a gradient replica that cannot be built). Pairs whose paths need such an edge are "unknown".
 MAYBE = 16
+# A called function's summary edge (argument -> result), standing for every path through its body; it says with
+# CONVERT and VALUE_CHAIN how a non-float argument reaches that result (see reach.converted_masks).
+SUMMARY = 32
+VALUE_CHAIN = 64  # summary edge: a non-float argument reaches this non-float result through non-float values
 
 CALL_OPS = {"PartitionedCall", "StatefulPartitionedCall"}
 WHILE_OPS = {"While", "StatelessWhile", "_While"}
@@ -160,28 +166,117 @@ def _scalar_const(node) -> float | None:
 
 
 class GraphTooLarge(Exception):
-    """The inlined graph would exceed the node budget: the static pass cannot analyse this model."""
+    """The graphs would exceed the node budget: the static pass cannot analyse this model."""
 
 
-class GradientDependencies(Protocol):
-    """What the builder asks of a saved gradient function (graph/gradfn.py answers it)."""
+class StaticPassTooSlow(GraphTooLarge):
+    """The static pass ran past its time budget."""
 
-    graphs: dict[str, Dataflow]
 
-    def dependencies(self, fn: str) -> list[list[bool]]: ...
+class Budget:
+    """One node budget and one deadline shared by every graph the static pass builds: function bodies,
+    their summaries' edges, the composed graph and the custom-gradient functions' graphs."""
+
+    def __init__(self, max_nodes: int = 5_000_000, seconds: float = 300.0):
+        self.max_nodes = max_nodes
+        self.seconds = seconds
+        self.used = 0
+        self._deadline = time.monotonic() + seconds
+
+    def charge(self, nodes: int) -> None:
+        self.used += nodes
+        if self.used > self.max_nodes:
+            raise GraphTooLarge(f"its graphs exceed the static pass's budget of {self.max_nodes:,} nodes "
+                                "(each function is analysed once per distinct calling context)")
+        self.check_time()
+
+    def check_time(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise StaticPassTooSlow(f"the static pass ran past its time budget of {self.seconds:g} s")
+
+
+class FunctionKey(NamedTuple):
+    """A function with the dtypes of its arguments at a call (a polymorphic signature takes them from it)."""
+
+    name: str
+    arg_dtypes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a function body does between its arguments and results, as bitmasks over the results (one per
+    argument): every path through it, with the calls inside it composed from their own summaries."""
+
+    value: tuple[int, ...]  # results the argument's value reaches
+    grad: tuple[int, ...]  # results it reaches along edges that carry (or may carry) a gradient
+    converted: tuple[int, ...]  # non-float argument: converted into a float that reaches the result by value
+    value_chain: tuple[int, ...]  # non-float argument: reaches the non-float result through non-float values
+
+    def edge_flags(self, arg: int, ret: int) -> int:
+        flags = 0
+        for mask, flag in ((self.value, VALUE), (self.grad, GRAD), (self.converted, CONVERT),
+                           (self.value_chain, VALUE_CHAIN)):
+            if mask[arg] >> ret & 1:
+                flags |= flag
+        return flags | SUMMARY if flags else 0
+
+
+@dataclass
+class Site:
+    """Where a body makes TensorFlow run another function: argument and result nodes of this body that stand
+    for the callee's own. `wired` is False for a function only named by an attr (a dataset function): it is
+    walked for its ops, its arguments and results are joined to nothing."""
+
+    callee: FunctionKey
+    args: list[int]
+    rets: list[int]
+    wired: bool = True
+
+
+def call_targets(lib: Library, node) -> list[tuple[FunctionKey, bool]]:
+    """Each function `node` makes TensorFlow run, and whether its results flow into this body (a call, a loop
+    body or condition, a branch, a saved gradient function) or it is only named by an attr."""
+    op = node.op
+    functions = lib.functions
+
+    def key(name: str, with_node: bool = True) -> FunctionKey:
+        return FunctionKey(name, tuple(lib.input_dtypes(functions[name], node if with_node else None)))
+
+    if op in functions:
+        return [(key(op), True)]
+    if op in CALL_OPS and node.attr["f"].func.name in functions:
+        return [(key(node.attr["f"].func.name), True)]
+    if op in WHILE_OPS:
+        return [(key(node.attr["body"].func.name), True), (key(node.attr["cond"].func.name), True)]
+    if op in IF_OPS:
+        return [(key(node.attr["then_branch"].func.name), True), (key(node.attr["else_branch"].func.name), True)]
+    if op in CASE_OPS:
+        return [(key(f.name), True) for f in node.attr["branches"].list.func]
+    if op == "IdentityN" and "_gradient_op_type" not in node.attr:
+        return []
+    out = []
+    if "_gradient_op_type" in node.attr:
+        grad_fn = lib.registered_gradients.get(node.attr["_gradient_op_type"].s.decode()) or ""
+        if grad_fn in functions:
+            out.append((key(grad_fn, False), True))
+    out.extend((key(name, False), False) for _, names in function_attrs(node) for name in names
+               if name in functions)
+    return out
 
 
 class DataflowBuilder:
-    """Builds a Dataflow from a root GraphDef (a signature's nodes) or a root FunctionDef."""
+    """Builds the Dataflow of one body: a root GraphDef (a signature's nodes) or one FunctionDef. The functions
+    it calls must already be summarised (`summaries`): each call becomes a Site joined by summary edges."""
 
-    def __init__(self, library: Library, oracle: GradientOracle,
-                 grad_fn_deps: GradientDependencies | None = None, max_nodes: int = 5_000_000):
+    def __init__(self, library: Library, oracle: GradientOracle, summaries: dict[FunctionKey, Summary],
+                 ret_dtypes: dict[FunctionKey, tuple[int, ...]], budget: Budget):
         self.lib = library
         self.oracle = oracle
         self.g = Dataflow()
-        self.grad_fn_deps = grad_fn_deps
-        self.max_nodes = max_nodes
-        self._stack: list[str] = []
+        self.summaries = summaries
+        self.ret_dtypes = ret_dtypes
+        self.budget = budget
+        self.sites: list[Site] = []
 
     # -- roots -----------------------------------------------------------------------------
     def add_graph_nodes(self, nodes, where: str = TOP) -> dict[str, list[int]]:
@@ -190,23 +285,17 @@ class DataflowBuilder:
         return self._wire_nodes(list(nodes), where, {}, in_function=False)[0]
 
     def add_function(self, name: str, args: list[int]) -> list[int]:
-        """Inline function `name` with its arguments bound to `args`; returns its result tensors."""
+        """Wire the body of function `name` with its arguments bound to `args`; returns its result tensors."""
         fdef = self.lib.functions[name]
-        if name in self._stack:
-            raise RecursionError(f"function {name} calls itself")
-        self._stack.append(name)
         for i, t in enumerate(args):
             shapes = fdef.arg_attr[i].attr["_output_shapes"].list.shape if i in fdef.arg_attr else ()
             if shapes and t not in self.g.shape:
                 self.g.shape[t] = shapes[0]
-        try:
-            bound = {a.name: [t] for a, t in zip(fdef.signature.input_arg, args)}
-            outs, layouts = self._wire_nodes(list(fdef.node_def), name, bound, in_function=True,
-                                             extra_refs=fdef.ret.values())
-            return [self._resolve_parsed(_parse_ref(fdef.ret[arg.name], True), outs, layouts)
-                    for arg in fdef.signature.output_arg]
-        finally:
-            self._stack.pop()
+        bound = {a.name: [t] for a, t in zip(fdef.signature.input_arg, args)}
+        outs, layouts = self._wire_nodes(list(fdef.node_def), name, bound, in_function=True,
+                                         extra_refs=fdef.ret.values())
+        return [self._resolve_parsed(_parse_ref(fdef.ret[arg.name], True), outs, layouts)
+                for arg in fdef.signature.output_arg]
 
     def new_arg_tensors(self, fdef_name: str, call_node=None) -> list[int]:
         fdef = self.lib.functions[fdef_name]
@@ -223,14 +312,13 @@ class DataflowBuilder:
         unknown = {name for name, lay in layouts.items() if not lay.known}
         if unknown:
             layouts.update(_layouts_from_uses(unknown, nodes, extra_refs, in_function))
+        before = len(g.dtype)
         for node in nodes:
             outs[node.name] = [g.new_node(d) for d in layouts[node.name].dtypes]
             if "_output_shapes" in node.attr:
                 for t, shape in zip(outs[node.name], node.attr["_output_shapes"].list.shape):
                     g.shape[t] = shape
-        if len(g.dtype) > self.max_nodes:
-            raise GraphTooLarge(f"inlining its function calls exceeds the static pass's budget of "
-                                f"{self.max_nodes:,} nodes (a function called from many places is inlined at each)")
+        self.budget.charge(len(g.dtype) - before)
         if unknown:
             self._dtypes_from_consumers(nodes, outs, layouts, in_function)
         for node in nodes:
@@ -274,41 +362,62 @@ class DataflowBuilder:
             raise ValueError(f"node {name!r} has no output {flat}")
         return tensors[flat]
 
+    def _site(self, callee: FunctionKey, args: list[int], wired: bool = True) -> Site:
+        """A site running `callee` with argument nodes `args`: result nodes joined to them by its summary."""
+        g = self.g
+        rets = [g.new_node(d) for d in self.ret_dtypes[callee]]
+        summary = self.summaries[callee]
+        edges = 0
+        for k, a in enumerate(args):
+            for m, r in enumerate(rets):
+                flags = summary.edge_flags(k, m)
+                if flags:
+                    g.edge(a, r, flags)
+                    edges += 1
+        self.budget.charge(len(args) + len(rets) + edges)
+        site = Site(callee, args, rets, wired)
+        self.sites.append(site)
+        return site
+
+    def _call(self, callee: str, node, inputs: list[int], outputs: list[int]) -> Site:
+        """A call whose inputs bind the callee's arguments and whose results are the op's outputs."""
+        g = self.g
+        args = self.new_arg_tensors(callee, node)
+        for t, a in zip(inputs, args):
+            g.alias(t, a)
+        site = self._site(FunctionKey(callee, tuple(g.dtype[a] for a in args)), args)
+        for r, o in zip(site.rets, outputs):
+            g.alias(r, o)
+        return site
+
     def _wire_node(self, node, fname: str, inputs: list[int], outputs: list[int], layout) -> None:
         g = self.g
         op_type = node.op
         if op_type in self.lib.functions or op_type in CALL_OPS:
             callee = op_type if op_type in self.lib.functions else node.attr["f"].func.name
             if callee in self.lib.functions:
-                args = self.new_arg_tensors(callee, node)
-                for t, a in zip(inputs, args):
-                    g.alias(t, a)
-                for r, o in zip(self.add_function(callee, args), outputs):
-                    g.alias(r, o)
+                self._call(callee, node, inputs, outputs)
                 return
         if op_type in WHILE_OPS:
             body, cond = node.attr["body"].func.name, node.attr["cond"].func.name
             args = self.new_arg_tensors(body, node)
             for t, a in zip(inputs, args):
                 g.alias(t, a)
-            rets = self.add_function(body, args)
+            rets = self._site(FunctionKey(body, tuple(g.dtype[a] for a in args)), args).rets
             for r, a in zip(rets, args):
                 g.alias(r, a, BACK)
             # The loop's results are the body's last results: we assume the body runs at least
             # once, so a cut inside the body is not bypassed by the zero-iteration case.
             for r, o in zip(rets, outputs):
                 g.alias(r, o)
-            self.add_function(cond, args)  # walked for its ops; its bool result carries no gradient
+            # the condition reads the loop's values; its bool result carries no gradient
+            self._call(cond, node, args, [])
             return
         if op_type in IF_OPS or op_type in CASE_OPS:
             branches = ([node.attr["then_branch"].func.name, node.attr["else_branch"].func.name]
                         if op_type in IF_OPS else [f.name for f in node.attr["branches"].list.func])
             for branch in branches:
-                args = self.new_arg_tensors(branch, node)
-                for t, a in zip(inputs[1:], args):
-                    g.alias(t, a)
-                for r, o in zip(self.add_function(branch, args), outputs):
-                    g.alias(r, o)
+                self._call(branch, node, inputs[1:], outputs)
             for o in outputs:
                 g.edge(inputs[0], o, VALUE | CONVERT)
             return
@@ -318,10 +427,9 @@ class DataflowBuilder:
             return
         self._wire_op(node, fname, inputs, outputs, layout)
         # Functions named by other attrs (dataset map functions, ...) are walked for their ops only.
-        for _, names in function_attrs(node):
-            for name in names:
-                if name in self.lib.functions and name not in self._stack:
-                    self.add_function(name, self.new_arg_tensors(name))
+        for key, wired in call_targets(self.lib, node):
+            if not wired:
+                self._site(key, self.new_arg_tensors(key.name), wired=False)
 
     def _wire_op(self, node, fname, inputs, outputs, layout) -> None:
         g = self.g
@@ -382,9 +490,10 @@ class DataflowBuilder:
         grad_fn = self.lib.registered_gradients.get(gradient_op_type) or ""
         saved = grad_fn in self.lib.functions
         deps = None
-        if saved and self.grad_fn_deps is not None:
-            deps = self.grad_fn_deps.dependencies(grad_fn)
-            g.gradient_graphs[grad_fn] = self.grad_fn_deps.graphs[grad_fn]
+        if saved:  # deps[k][j]: result j of the gradient function depends on its argument k
+            key = FunctionKey(grad_fn, tuple(self.lib.input_dtypes(self.lib.functions[grad_fn])))
+            summary, n_ret = self.summaries[key], len(self.ret_dtypes[key])
+            deps = [[bool(mask >> j & 1) for j in range(n_ret)] for mask in summary.value]
         n_in = len(inputs)
         identity = node.op == "IdentityN"
         for k, o in enumerate(outputs):
@@ -413,10 +522,6 @@ class DataflowBuilder:
                             flags[inputs[idx]] |= GRAD
                         else:
                             dead.append(inputs[idx])
-            elif saved:  # saved but not analysable: assume every float input gets a gradient
-                for t in inputs:
-                    if carries_gradient(g.dtype[t]):
-                        flags[t] |= GRAD
             for t, f in flags.items():
                 g.edge(t, pseudo, f)
             g.edge(pseudo, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))

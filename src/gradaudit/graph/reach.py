@@ -3,9 +3,14 @@ order, repeated over While loops' back edges until nothing changes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .dataflow import BACK, Dataflow
+from .dataflow import BACK, CONVERT, GRAD, MAYBE, SUMMARY, VALUE, VALUE_CHAIN, Dataflow
+from .dtypes import carries_gradient
+
+# Edges that carry a gradient, or may carry one through an op whose gradient cannot be known here: pairs that
+# need such an edge are then "unknown", and every other pair's status and cuts are what they would be.
+GRADIENT_EDGES = GRAD | MAYBE
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ def forward_masks(g: Dataflow, seeds: dict[int, int], flag: int, order: Order | 
     masks = [0] * len(g.dtype)
     for node, bits in seeds.items():
         masks[node] |= bits
+    if not seeds:
+        return masks
     succ, flags = g.succ, g.flags
     targets = [b for _, b, f in order.loops if f & flag]
     while True:
@@ -71,6 +78,8 @@ def backward_masks(g: Dataflow, seeds: dict[int, int], flag: int, order: Order) 
     masks = [0] * len(g.dtype)
     for node, bits in seeds.items():
         masks[node] |= bits
+    if not seeds:
+        return masks
     succ, flags = g.succ, g.flags
     rev = order.nodes[::-1]
     while True:
@@ -82,3 +91,62 @@ def backward_masks(g: Dataflow, seeds: dict[int, int], flag: int, order: Order) 
             masks[a] = m
         if not any(f & flag and masks[b] & ~masks[a] for a, b, f in order.loops):
             return masks
+
+
+def converted_masks(g: Dataflow, order: Order, to_output_value: list[int],
+                    seeds: dict[int, int] | None = None) -> list[int]:
+    """For non-float tensors: the outputs their *value* reaches by being converted back into a float
+    (Cast, a Select condition), possibly after integer arithmetic. Shapes and indices do not count.
+    A called function's summary edge says the same with CONVERT (converted inside it, then reaching that
+    result by value) and VALUE_CHAIN (reaching that non-float result through non-float values only)."""
+    masks = [0] * len(g.dtype)
+    seeds = seeds or {}
+    is_op = g.ops
+    for a in reversed(order.nodes):
+        if a in is_op:
+            m = 0
+            for o in is_op[a].outputs:
+                if not carries_gradient(g.dtype[o]):
+                    m |= masks[o]
+            masks[a] = m
+        elif not carries_gradient(g.dtype[a]):
+            m = seeds.get(a, 0)
+            for b, f in zip(g.succ[a], g.flags[a]):
+                if f & CONVERT:
+                    m |= to_output_value[b]
+                elif f & VALUE_CHAIN or f & VALUE and not f & SUMMARY:
+                    m |= masks[b]
+            masks[a] = m
+    return masks
+
+
+@dataclass
+class Seeds:
+    """Where each mask family starts: source bits (forward), output bits (backward)."""
+
+    value: dict[int, int] = field(default_factory=dict)
+    grad: dict[int, int] = field(default_factory=dict)
+    out_value: dict[int, int] = field(default_factory=dict)
+    out_grad: dict[int, int] = field(default_factory=dict)
+    converted: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReachMasks:
+    """Per node of a Dataflow, as bitmasks over the sources (reach_*) or the outputs (to_output_*)."""
+
+    reach_value: list[int]  # sources whose value reaches the node
+    reach_grad: list[int]  # sources reaching it along edges that carry (or may carry) a gradient
+    to_output_value: list[int]  # outputs the node's value reaches
+    to_output_grad: list[int]  # outputs it reaches along edges that carry (or may carry) a gradient
+    # non-float tensors: outputs their value reaches by being converted back into a float
+    converted_to_output: list[int]
+
+
+def reach_masks(g: Dataflow, seeds: Seeds, order: Order) -> ReachMasks:
+    to_output_value = backward_masks(g, seeds.out_value, VALUE, order)
+    return ReachMasks(forward_masks(g, seeds.value, VALUE, order),
+                      forward_masks(g, seeds.grad, GRADIENT_EDGES, order),
+                      to_output_value,
+                      backward_masks(g, seeds.out_grad, GRADIENT_EDGES, order),
+                      converted_masks(g, order, to_output_value, seeds.converted))
