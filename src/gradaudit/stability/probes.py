@@ -30,6 +30,8 @@ DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e2, 3e2, 6e2, 1e4)
 # synthesised input has elements of both signs, so each point covers large positive and negative values;
 # two points keep the cost at two sweeps (a ResNet50 audit: about 12 s of 80 here).
 CHECKED = ((1e2, 1), (6e2, -1))
+# Rows of one batched gradient pass over the ladder's points (the base point's rows included).
+BATCH_ROWS = 32
 
 # What one (source, output) pair did at one probe point, least to most severe.
 OK, DOMAIN, OVERFLOW, FORWARD, GRADIENT = range(5)
@@ -133,7 +135,10 @@ class Prober:
         self.upcast = upcast
         self.seed, self.given = seed, given
         self.notes: list[str] = []
-        self._last: tuple | None = None  # (outputs, input gradients, variable gradients) as the runner gave them
+        # (outputs, input gradients, variable gradients) as the runner gave them at the last point, on the
+        # model and on its float64 copy
+        self._last: tuple | None = None
+        self._last64: tuple | None = None
         self.checked: list[NumericResult] = []
         self.mismatches: list[Finding] = []
         self.forensics = Forensics(loaded.fn, graph, gradient_functions)
@@ -142,6 +147,7 @@ class Prober:
         self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
         self._culprits: dict[tuple, Culprit | None] = {}
         outputs = loaded.fn(**{k: base[k] for k in plan.specs})
+        self.base_outputs = {o: np.asarray(outputs[o]) for o in plan.float_outputs}
         rng = np.random.default_rng([seed, 3])
         # A random signed cotangent, never ones: the gradient of sum(softmax(x)) is exactly zero.
         self.u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
@@ -173,7 +179,11 @@ class Prober:
                        [np.asarray(v, b.dtype.as_numpy_dtype) for v, b in zip(var_values, runner.var_base)])
         u = self.u if output is None else {output: self.u[output]}
         out, g_in, g_var = runner.gradient(u)
-        self._last = (out, g_in, g_var) if output is None and not f64 else None
+        if output is None:
+            if f64:
+                self._last64 = (out, g_in, g_var)
+            else:
+                self._last = (out, g_in, g_var)
         grads = {**g_in, **dict(zip(self.var_names, g_var))}
         return out, {k: dense(g) for k, g in grads.items()}
 
@@ -200,7 +210,7 @@ class Prober:
                                   f"({describe(exc)}): every non-finite value is reported.")
         return bool(self._f64)
 
-    def _float64_gradients(self, point: dict[str, np.ndarray], output: str):
+    def _float64_gradients(self, point: dict[str, np.ndarray], output: str | None):
         """`gradients` of the float64 copy, None without one; a copy that loads but cannot run (a compiled
         XlaCallModule fixed to float32) is dropped, whatever the error, and the probes go on without it."""
         from ..numeric.runner import ModelError
@@ -283,47 +293,159 @@ class Prober:
                               if nonfinite(grad) else Observation(OK, scale, sign, config))
         return seen
 
+    def observe_many(self, config: tuple[str, ...], points: list[tuple[float, int]]
+                     ) -> list[dict[tuple[str, str], Observation]]:
+        """`observe` at every (scale, sign) of `points`, the points stacked along the batch dimension in one
+        gradient pass where the model allows it; a point whose rows are not all finite is observed again on
+        its own (its float64 reference and forensics need it alone)."""
+        finite = self._batched_finite(config, points)
+        seen = []
+        for (scale, sign), ok in zip(points, finite):
+            if ok:
+                seen.append({(s, o): Observation(OK, scale, sign, config) for o in self.plan.float_outputs
+                             for s in self.plan.input_sources + self.var_names if o in self.plan.connected(s)})
+            else:
+                seen.append(self.observe(config, scale, sign))
+        return seen
+
+    def _batched_finite(self, config: tuple[str, ...], points: list[tuple[float, int]]) -> list[bool]:
+        """For each point, whether its outputs and gradients are all finite, from gradient passes over the
+        points stacked along the batch dimension (at most BATCH_ROWS rows each); False where that cannot
+        tell (no batch dimension, or a model whose examples are not independent) so that the point is
+        observed alone. The base point rides along in every batch: its rows must equal the model's own
+        outputs at that point, or the examples influence each other and the batch says nothing."""
+        rows = self._batch_rows()
+        if rows is None or len(points) < 2:
+            return [False] * len(points)
+        per_batch = max(1, BATCH_ROWS // rows - 1)
+        finite: list[bool] = []
+        for start in range(0, len(points), per_batch):
+            chunk = points[start:start + per_batch]
+            finite += self._finite_chunk(config, chunk, rows) or [False] * len(chunk)
+        return finite
+
+    def _batch_rows(self) -> int | None:
+        """The batch size of the base point when every input and float output has it as its leading
+        dimension and the signature lets it vary; None otherwise."""
+        sizes = {np.shape(v)[0] if np.ndim(v) else None for v in self.base.values()}
+        sizes |= {np.shape(v)[0] if np.ndim(v) else None for v in self.base_outputs.values()}
+        if len(sizes) != 1 or None in sizes:
+            return None
+        specs = self.plan.specs
+        if any(specs[k].shape.rank is None or specs[k].shape.rank == 0 or specs[k].shape[0] is not None
+               for k in specs):
+            return None
+        return int(next(iter(sizes)))
+
+    def _finite_chunk(self, config, chunk: list[tuple[float, int]], rows: int) -> list[bool] | None:
+        from ..numeric.runner import ModelError, Runner
+
+        blocks = [self.base] + [self.point(config, scale, sign) for scale, sign in chunk]
+        stacked = {k: np.concatenate([b[k] for b in blocks], axis=0) for k in self.base}
+        n = len(blocks)
+        try:
+            runner = Runner(self.loaded.fn, stacked, self.plan.input_sources, self.variables, self.plan.float_outputs)
+            out, g_in, g_var = runner.gradient({o: np.concatenate([self.u[o]] * n, axis=0) for o in self.u})
+        except ModelError:
+            return None  # observed one by one, where the error is reported as it always was
+        for o, mine in self.base_outputs.items():
+            theirs = np.asarray(out[o], np.float64)[:rows]
+            mine64 = np.asarray(mine, np.float64)
+            size = float(np.max(np.abs(mine64[np.isfinite(mine64)]), initial=0.0))
+            if theirs.shape != mine64.shape or not np.allclose(theirs, mine64, rtol=1e-3, atol=1e-3 * size + 1e-30,
+                                                                  equal_nan=True):
+                return None
+        rows_ok = np.ones(n, dtype=bool)
+        for values in [out[o] for o in self.plan.float_outputs] + [dense(g) for g in g_in.values()]:
+            if values is None:
+                continue
+            a = np.asarray(values, np.float64).reshape(n, -1)
+            rows_ok &= np.isfinite(a).all(axis=1)
+        if any(nonfinite(dense(g)) for g in g_var):
+            # The variables' gradients are summed over the points: any of them may be at fault. Without the
+            # points whose own rows are not finite, one more pass tells whether the others are clean.
+            good = [p for p, ok in zip(chunk, rows_ok[1:]) if ok]
+            if not rows_ok[0] or len(good) == len(chunk) or not good:
+                return None
+            again = iter(self._finite_chunk(config, good, rows) or [False] * len(good))
+            return [bool(ok) and next(again) for ok in rows_ok[1:]]
+        return [bool(x) for x in rows_ok[1:]]
+
+    def sit_at(self, config: tuple[str, ...], scale: float, sign: int) -> None:
+        """Move the model's runner to a probe point (what `check_at` reads), if a batched pass skipped it."""
+        self.gradients(self.point(config, scale, sign))
+
     def check_at(self, inputs: list[str], scale: float, sign: int) -> None:
         """Check the gradient of every input in `inputs` against finite differences at the probe point the
-        runner sits at (the last `gradients(point)`), in the model's own precision."""
+        runner sits at (the last `gradients(point)`), in the model's own precision; what that leaves
+        inconclusive (an output that oscillates or cancels at this scale in float32) is checked again on the
+        float64 copy at the same point, when there is one."""
+        if self._last is None:
+            return
+        native = self._check_groups(self.runner(), self._last, inputs, scale, sign, self.plan.native, None)
+        why = "the stability probes run the model in its own precision"
+        results = [replace(r, precision_reason=why) for _, r in native]
+        undecided = [i for i, (_, r) in enumerate(native) if r.status == "inconclusive"]
+        if undecided and self.plan.native != "float64":
+            exact = self._float64_checks([native[i][0] for i in undecided], inputs, scale, sign)
+            for i, r in zip(undecided, exact or []):
+                results[i] = replace(r, precision_reason=f"float64 copy of the model (in {self.plan.native}: "
+                                                         f"{native[i][1].reason})")
+        self.checked.extend(replace(r, scale=sign * scale) for r in results)
+
+    def _float64_checks(self, groups: list, inputs: list[str], scale: float, sign: int) -> list[NumericResult] | None:
+        """One result per group, checked on the float64 copy at the same probe point; None without a copy
+        that runs."""
+        point = self.point(tuple(inputs), scale, sign)
+        if self._float64_gradients(point, None) is None or self._last64 is None:  # moves the copy's runner there
+            return None
+        results = self._check_groups(self.runner(None, f64=True), self._last64, inputs, scale, sign, "float64",
+                                     groups)
+        return [r for _, r in results]
+
+    def _check_groups(self, runner, at: tuple, inputs: list[str], scale: float, sign: int, dtype: str,
+                      groups: list | None) -> list[tuple[Any, NumericResult]]:
+        """(group, result) of each check at the point `at` = (outputs, input gradients, variable gradients)
+        the runner sits at: `groups`, or every input of `inputs` with its output groups."""
         from ..numeric.checks import Checker, Group, Point, Settings
         from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION
         from ..numeric.sweep import ladder_for
 
-        if self._last is None:
-            return
-        out, g_in, g_var = self._last
-        eps = EPS[self.plan.native]
-        settings = Settings(dtype=self.plan.native, upcast=False, eps=eps, ladder=ladder_for(eps, False),
+        out, g_in, g_var = at
+        eps = EPS[dtype]
+        f64 = dtype == "float64" and self.plan.native != "float64"
+        settings = Settings(dtype=dtype, upcast=f64, eps=eps, ladder=ladder_for(eps, f64),
                             floor=FLOOR_ULPS * eps, resolution=RESOLUTION, op_types=self.info.op_types,
                             custom_gradients=self.info.custom_gradients, domains=self.plan.domains,
                             given=self.given, strict=True)
-        runner = self.runner()
         checker = Checker(runner, settings, np.random.default_rng([self.seed, 5, int(scale * 1e3), sign + 1]))
         checker.base_outputs = out
-        where = f"inputs × {sign * scale:g}"
         point = Point(g_in, g_var, out)
-        for n in inputs:
-            for outs in self.plan.output_groups(n):
-                before = len(checker.results)
-                checker.check_group(Group(n, outs, inputs=[n]), self.u, point)
-                if len(outs) > 1 and all(r.status == "inconclusive" for r in checker.results[before:]):
-                    # one output oscillating or saturating at this scale must not hide another's wrong
-                    # gradient: check them one by one
-                    del checker.results[before:]
-                    for o in outs:
-                        checker.check_group(Group(n, (o,), inputs=[n]), self.u, point)
-        why = "the stability probes run the model in its own precision"
-        for r in checker.results:
-            # Saturated or masked outputs (zero gradient, flat forward) say nothing at a probe point.
-            doubt = self.plan.domains.doubtful([r.source], self.plan.connected(r.source), self.given)
-            if r.status in ("pass", "fail") or doubt is not None:
-                self.checked.append(replace(r, scale=sign * scale, precision_reason=why))
+        checked: list[tuple[Any, NumericResult]] = []
+
+        def check(group) -> None:
+            before = len(checker.results)
+            checker.check_group(group, self.u, point)
+            checked.extend((group, r) for r in checker.results[before:])
+
+        for group in groups if groups is not None else [Group(n, outs, inputs=[n])
+                                                        for n in inputs for outs in self.plan.output_groups(n)]:
+            before = len(checked)
+            check(group)
+            if groups is None and len(group.outputs) > 1 and all(
+                    r.status == "inconclusive" for _, r in checked[before:]):
+                # one output oscillating or saturating at this scale must not hide another's wrong
+                # gradient: check them one by one
+                del checked[before:]
+                for o in group.outputs:
+                    check(Group(group.source, (o,), inputs=list(group.inputs)))
+        where = f"inputs × {sign * scale:g} (stability probes{', float64 copy' if f64 else ''})"
         reported = {s for f in self.mismatches for s in f.sources}
         for f in checker.findings:
             if f.rule == "gradient-mismatch" and not set(f.sources) & reported:  # one per source is enough
-                self.mismatches.append(replace(f, message=f"At the probe point {where} (stability probes): "
+                self.mismatches.append(replace(f, message=f"At the probe point {where}: "
                                                           f"{f.message}"))
+        return checked
 
     def _judge_forward(self, point, output, float64_at, config, scale, sign):
         """(kind, culprit, note) of a non-finite forward."""
@@ -362,18 +484,17 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
     for config in configs:
         kept, dropped = valid_scales(scales, [prober.base[n].dtype for n in config])
         skipped.update(dropped)
-        for scale in kept:
-            for sign in (1,) if scale == 0 else (1, -1):
-                seen = prober.observe(config, scale, sign)
-                for (s, o), obs in seen.items():
-                    key = (s, o, scale)
-                    if key not in worst or obs.kind > worst[key].kind:
-                        worst[key] = obs
-                    if obs.reported:
-                        reported.append((s, o, obs))
-                if (scale, sign) in CHECKED and config == configs[0] and all(
-                        obs.kind == OK for obs in seen.values()):
-                    prober.check_at(list(config), scale, sign)
+        points = [(scale, sign) for scale in kept for sign in ((1,) if scale == 0 else (1, -1))]
+        for (scale, sign), seen in zip(points, prober.observe_many(config, points)):
+            for (s, o), obs in seen.items():
+                key = (s, o, scale)
+                if key not in worst or obs.kind > worst[key].kind:
+                    worst[key] = obs
+                if obs.reported:
+                    reported.append((s, o, obs))
+            if (scale, sign) in CHECKED and config == configs[0] and all(obs.kind == OK for obs in seen.values()):
+                prober.sit_at(config, scale, sign)
+                prober.check_at(list(config), scale, sign)
     # Variables are not scaled: with several, one row per (output, scale) stands for all of them, as in the
     # numeric checks ("*"), and names those that went wrong.
     label = dict.fromkeys(prober.var_names, ALL_VARIABLES) if len(prober.var_names) > 1 else {}

@@ -1,0 +1,101 @@
+"""Probe-point gradient checks that float32 cannot decide are decided on the float64 copy.
+
+sin(x) at |x| ~ 1e2 turns over every few units: float32's finite-difference steps (relative to the
+input's magnitude) span a good part of a period, so the float32 check at those probe points is
+inconclusive; the float64 copy at the same point, with its small steps, decides it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _sin_model(path: str, factor: float, bound: float = 10.0) -> str:
+    """y = sin(x) (and, with `second`, z = x * w) whose custom gradient is multiplied by `factor` where
+    |x| > bound (right everywhere with factor 1): the synthesised N(0, 1) point never sees it."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def sin(x):
+        def grad(dy):
+            return dy * tf.cos(x) * tf.where(tf.abs(x) > bound, factor, 1.0)
+
+        return tf.sin(x), grad
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+        def __call__(self, x):
+            return {"y": sin(x)}
+
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.__call__},
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+    return path
+
+
+@pytest.fixture(scope="module")
+def sin_audit(tmp_path_factory):
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    root = tmp_path_factory.mktemp("sin")
+    cache = {}
+
+    def get(factor: float, **options):
+        key = (factor, tuple(sorted(options.items())))
+        if key not in cache:
+            path = _sin_model(str(root / f"sin_{factor:g}_{len(cache)}"), factor)
+            cache[key] = audit_saved_model(path, AuditOptions(**options))
+        return cache[key]
+
+    return get
+
+
+def _probe_rows(report):
+    return [n for n in report.numeric if n.scale is not None]
+
+
+def test_wrong_only_for_large_inputs_fails_on_the_float64_copy(sin_audit):
+    r = sin_audit(0.5)
+    base = [n for n in r.numeric if n.scale is None]
+    assert [n.status for n in base] == ["pass"]  # the synthesised point never reaches |x| > 10
+    failed = [n for n in _probe_rows(r) if n.status == "fail"]
+    assert failed and all(n.dtype == "float64" for n in failed)
+    # float32 could not decide there, and the report says so
+    assert all("in float32:" in n.precision_reason for n in failed)
+    assert all(0.45 < n.rel_error < 0.55 for n in failed)
+    (f,) = [f for f in r.findings if f.rule == "gradient-mismatch"]
+    assert f.severity.value == "error" and f.sources == ("x",) and f.outputs == ("y",)
+    assert f.op is not None and f.op.op_type == "IdentityN"  # the saved custom gradient
+    assert "float64 copy" in f.message and "custom gradients" in f.message
+    assert r.verdict() == "fail"
+
+
+def test_right_gradient_passes_at_the_same_probe_points(sin_audit):
+    r = sin_audit(1.0)
+    rows = _probe_rows(r)
+    assert rows and {n.status for n in rows} == {"pass"} and {n.dtype for n in rows} == {"float64"}
+    assert "gradient-mismatch" not in {f.rule for f in r.findings} and r.verdict() == "pass"
+
+
+def test_without_float64_the_probe_points_stay_inconclusive_and_are_kept(sin_audit, tmp_path):
+    """No float64 copy: nothing decides those probe points; their rows stay in the outcome with their
+    reason, and the wrong gradient is not claimed."""
+    from gradaudit.flow import analyse
+    from gradaudit.graph.gradients import GradientOracle
+    from gradaudit.numeric import NumericOptions
+    from gradaudit.stability import StabilityOptions, run_stability
+    from gradaudit.targets.saved_model import SavedModelFile
+
+    path = _sin_model(str(tmp_path / "sin"), 0.5)
+    model = SavedModelFile(path, ("serve",))
+    analysis = analyse(model, model.signature("serving_default"), GradientOracle())
+    outcome = run_stability(path, ("serve",), "serving_default", analysis,
+                            StabilityOptions(numeric=NumericOptions(upcast=False)))
+    rows = outcome.numeric
+    assert rows and {n.status for n in rows} == {"inconclusive"} and {n.dtype for n in rows} == {"float32"}
+    assert all(n.scale is not None and n.reason for n in rows)
+    assert "gradient-mismatch" not in {f.rule for f in outcome.findings}
