@@ -327,15 +327,15 @@ class Prober:
     def _batch_rows(self) -> int | None:
         """The batch size of the base point when every input and float output has it as its leading
         dimension and the signature lets it vary; None otherwise."""
-        sizes = {np.shape(v)[0] if np.ndim(v) else None for v in self.base.values()}
-        sizes |= {np.shape(v)[0] if np.ndim(v) else None for v in self.base_outputs.values()}
-        if len(sizes) != 1 or None in sizes:
+        sizes = {int(np.shape(v)[0]) if np.ndim(v) else -1 for v in self.base.values()}
+        sizes |= {int(np.shape(v)[0]) if np.ndim(v) else -1 for v in self.base_outputs.values()}
+        if len(sizes) != 1 or -1 in sizes:
             return None
         specs = self.plan.specs
         if any(specs[k].shape.rank is None or specs[k].shape.rank == 0 or specs[k].shape[0] is not None
                for k in specs):
             return None
-        return int(next(iter(sizes)))
+        return next(iter(sizes))
 
     def _finite_chunk(self, config, chunk: list[tuple[float, int]], rows: int) -> list[bool] | None:
         from ..numeric.runner import ModelError, Runner
