@@ -1,14 +1,19 @@
-"""Many models in one run: find the SavedModels named or found under folders, audit each (in worker
-processes with --jobs), and keep going past a model that cannot be audited."""
+"""Many models in one run: find the SavedModels named or found under folders, audit each (several at a
+time with --jobs), and keep going past a model that cannot be audited."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
+import signal
 import sys
+import threading
+import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 
 from .api import AuditOptions, audit, audit_saved_model, signature_keys
 from .errors import GradauditError, InternalError
@@ -100,7 +105,7 @@ def audit_model(path: str, options: AuditOptions, all_signatures: bool = False, 
 
 def audit_models(paths: Sequence[str], options: AuditOptions, *, all_signatures: bool = False, jobs: int = 1,
                  debug: bool = False, on_done: Callable[[ModelAudit], None] | None = None) -> list[ModelAudit]:
-    """Audit every model, in `jobs` worker processes when there are several; results in the order of `paths`."""
+    """Audit every model, `jobs` at a time when there are several; results in the order of `paths`."""
     done = on_done or (lambda _audit: None)
     if jobs <= 1 or len(paths) <= 1:
         results = []
@@ -108,14 +113,137 @@ def audit_models(paths: Sequence[str], options: AuditOptions, *, all_signatures:
             results.append(audit_model(path, options, all_signatures, debug))
             done(results[-1])
         return results
-    # spawn, not fork: TensorFlow's threads do not survive a fork of a process that has imported it.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
-                             initializer=import_tensorflow_quietly) as pool:
-        futures = [pool.submit(audit_model, p, options, all_signatures, debug) for p in paths]
-        for future in as_completed(futures):
-            done(future.result())
-        return [f.result() for f in futures]
+    return _Parallel(paths, options, all_signatures, debug, done).run(min(jobs, len(paths)) - 1)
+
+
+class _Parallel:
+    """This process audits models, and so do `workers` worker processes, each taking the next model not yet
+    taken. A worker imports TensorFlow once and audits many models. It is given a model only once it has
+    imported TensorFlow, so that a run of small models never waits for an import (this process, which has
+    imported it already, takes them), and workers still importing at the end are stopped, not awaited."""
+
+    def __init__(self, paths: Sequence[str], options: AuditOptions, all_signatures: bool, debug: bool,
+                 done: Callable[[ModelAudit], None]) -> None:
+        self.paths, self.options, self.all_signatures, self.debug = paths, options, all_signatures, debug
+        self.done = done
+        self._next = iter(range(len(paths)))
+        self._lock = threading.Lock()
+        self._finished: queue.SimpleQueue[tuple[int, ModelAudit | _Raised]] = queue.SimpleQueue()
+        self._results: dict[int, ModelAudit] = {}
+
+    def _take(self) -> int | None:
+        with self._lock:
+            return next(self._next, None)
+
+    def _audit(self, i: int) -> ModelAudit:
+        return audit_model(self.paths[i], self.options, self.all_signatures, self.debug)
+
+    def run(self, workers: int) -> list[ModelAudit]:
+        # spawn, not fork: TensorFlow's threads do not survive a fork of a process that has imported it.
+        context = multiprocessing.get_context("spawn")
+        started: dict[Connection, BaseProcess] = {}
+        dispatcher = threading.Thread(target=self._dispatch, args=(started,), daemon=True, name="gradaudit-jobs")
+        try:
+            for _ in range(workers):
+                ours, theirs = context.Pipe()
+                worker = context.Process(target=_serve, args=(theirs, self.options, self.all_signatures, self.debug),
+                                         name="gradaudit-worker")
+                worker.start()
+                theirs.close()
+                started[ours] = worker
+            dispatcher.start()
+            while (i := self._take()) is not None:
+                self._finished.put((i, self._audit(i)))
+                self._collect(block=False)
+            while len(self._results) < len(self.paths):
+                self._collect(block=True)
+        finally:
+            for process in started.values():
+                process.terminate()  # idle, or still importing TensorFlow: nothing of theirs is lost
+            for process in started.values():
+                process.join()
+            if dispatcher.is_alive():
+                dispatcher.join()
+            for connection in started:
+                connection.close()
+        return [self._results[i] for i in range(len(self.paths))]
+
+    def _collect(self, block: bool) -> None:
+        """Take the audits finished so far (with `block`, wait for one first)."""
+        while True:
+            try:
+                i, outcome = self._finished.get(block=block, timeout=1.0 if block else None)
+            except queue.Empty:
+                return
+            if isinstance(outcome, _Raised):  # --debug: the worker's exception, with its traceback
+                raise outcome.error from _RemoteTraceback(outcome.traceback)
+            self._results[i] = outcome
+            self.done(outcome)
+            block = False
+
+    def _dispatch(self, started: dict[Connection, BaseProcess]) -> None:
+        """Give each worker that is ready (TensorFlow imported, or its last model done) the next model; a
+        worker that ends while it holds a model fails that model, not the run."""
+        holding: dict[Connection, int | None] = dict.fromkeys(started)
+        while holding:
+            for connection in wait(list(holding)):
+                assert isinstance(connection, Connection)
+                try:
+                    message = connection.recv()
+                except (EOFError, OSError):  # stopped at the end of the run, or died on its model
+                    i = holding.pop(connection)
+                    if i is not None:
+                        self._finished.put((i, _died(self.paths[i], started[connection])))
+                    continue
+                held = holding[connection]
+                if held is not None:  # else the worker has just imported TensorFlow
+                    self._finished.put((held, message))
+                i = holding[connection] = self._take()
+                if i is None:
+                    del holding[connection]  # nothing left to give: it waits to be stopped
+                    continue
+                try:
+                    connection.send(self.paths[i])
+                except OSError:
+                    del holding[connection]
+                    self._finished.put((i, _died(self.paths[i], started[connection])))
+
+
+def _serve(connection: Connection, options: AuditOptions, all_signatures: bool, debug: bool) -> None:
+    """A worker process: import TensorFlow, say it is ready, then audit each model it is sent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent stops us
+    import_tensorflow_quietly()
+    try:
+        connection.send(None)
+        while True:
+            path = connection.recv()
+            try:
+                outcome: ModelAudit | _Raised = audit_model(path, options, all_signatures, debug)
+            except Exception as exc:  # noqa: BLE001 - only with --debug: raised again in the parent
+                outcome = _Raised(exc, traceback.format_exc())
+            connection.send(outcome)
+    except (EOFError, OSError):  # the parent ended
+        return
+
+
+@dataclass(frozen=True)
+class _Raised:
+    error: BaseException
+    traceback: str
+
+
+class _RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker, shown as its cause."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _died(path: str, worker: BaseProcess) -> ModelAudit:
+    worker.join(5)
+    err = InternalError("auditing the model in a worker process",
+                        RuntimeError(f"the worker ended with exit code {worker.exitcode}"))
+    return ModelAudit(path, failure=AuditFailure(path, f"{path}: {err} (--jobs 1 --debug shows why)"))
 
 
 def import_tensorflow_quietly() -> None:
