@@ -376,26 +376,27 @@ class Prober:
         self.gradients(self.point(config, scale, sign))
 
     def check_at(self, inputs: list[str], scale: float, sign: int) -> None:
-        """Check the gradient of every input in `inputs` against finite differences at the probe point the
-        runner sits at (the last `gradients(point)`), in the model's own precision; what that leaves
-        inconclusive (an output that oscillates or cancels at this scale in float32) is checked again on the
-        float64 copy at the same point, when there is one."""
+        """Check the gradient of every input in `inputs` against finite differences at a probe point: on the
+        float64 copy when one runs (the numeric checks' own, already loaded: rounding hides nothing there,
+        where float32 cannot decide for an output that oscillates or cancels at large scales), else in the
+        model's own precision."""
+        if self.plan.native != "float64":
+            exact = self._float64_checks(None, inputs, scale, sign)
+            if exact is not None:
+                self.checked.extend(replace(r, scale=sign * scale, precision_reason="float64 copy of the model")
+                                    for r in exact)
+                return
+        self.sit_at(tuple(inputs), scale, sign)
         if self._last is None:
             return
         native = self._check_groups(self.runner(), self._last, inputs, scale, sign, self.plan.native, None)
         why = "the stability probes run the model in its own precision"
-        results = [replace(r, precision_reason=why) for _, r in native]
-        undecided = [i for i, (_, r) in enumerate(native) if r.status == "inconclusive"]
-        if undecided and self.plan.native != "float64":
-            exact = self._float64_checks([native[i][0] for i in undecided], inputs, scale, sign)
-            for i, r in zip(undecided, exact or []):
-                results[i] = replace(r, precision_reason=f"float64 copy of the model (in {self.plan.native}: "
-                                                         f"{native[i][1].reason})")
-        self.checked.extend(replace(r, scale=sign * scale) for r in results)
+        self.checked.extend(replace(r, scale=sign * scale, precision_reason=why) for _, r in native)
 
-    def _float64_checks(self, groups: list, inputs: list[str], scale: float, sign: int) -> list[NumericResult] | None:
-        """One result per group, checked on the float64 copy at the same probe point; None without a copy
-        that runs."""
+    def _float64_checks(self, groups: list | None, inputs: list[str], scale: float, sign: int
+                        ) -> list[NumericResult] | None:
+        """One result per group (None: every input of `inputs` with its output groups), checked on the
+        float64 copy at the probe point; None without a copy that runs."""
         point = self.point(tuple(inputs), scale, sign)
         if self._float64_gradients(point, None) is None or self._last64 is None:  # moves the copy's runner there
             return None
@@ -493,7 +494,6 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
                 if obs.reported:
                     reported.append((s, o, obs))
             if (scale, sign) in CHECKED and config == configs[0] and all(obs.kind == OK for obs in seen.values()):
-                prober.sit_at(config, scale, sign)
                 prober.check_at(list(config), scale, sign)
     # Variables are not scaled: with several, one row per (output, scale) stands for all of them, as in the
     # numeric checks ("*"), and names those that went wrong.
