@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from ..model import BlockedPath, Finding, FlowEntry, Report
+from ..model import BlockedPath, Finding, FlowEntry, NumericResult, Report
 from .common import display_path, model_label, visible, where
+from .numeric_rows import NumericRow, numeric_rows
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -112,9 +113,13 @@ class RuleGroup:
 
 @dataclass(frozen=True)
 class Bar:
-    result: object  # NumericResult
+    row: NumericRow  # the check (or folded checks): its outputs, probe points, and for a folded line its count
     percent: float | None  # position of rel_error on the log axis, 0..100
     bound: float | None = None  # position of the check's error bound on the same axis
+
+    @property
+    def result(self) -> NumericResult:
+        return self.row.result
 
 
 @dataclass(frozen=True)
@@ -250,6 +255,13 @@ def _bar(rel_error: float | None) -> float | None:
     return round(100 * (min(max(exponent, LOG_MIN), LOG_MAX) - LOG_MIN) / (LOG_MAX - LOG_MIN), 2)
 
 
+def _numeric_bar(row: NumericRow) -> Bar:
+    """A check's bar; a folded line of inconclusive probe-point checks has none (no one error to show)."""
+    if row.folded:
+        return Bar(row, None, None)
+    return Bar(row, _bar(row.result.rel_error), _bar(row.result.bound))
+
+
 def _ladders(report: Report) -> list[Ladder]:
     scales = tuple(sorted({s.scale for s in report.stability}))
     cells = {(s.source, s.output, s.scale): s for s in report.stability}
@@ -277,7 +289,7 @@ def model_view(report: Report, index: int, fail_on: str) -> ModelView:
         rules=_rule_groups([f for f in report.findings if not f.suppressed]),
         suppressed=[f for f in report.findings if f.suppressed], paths=path_views,
         paths_not_drawn=len(report.paths) - len(path_views),
-        bars=[Bar(n, _bar(n.rel_error), _bar(n.bound)) for n in report.numeric], ladders=_ladders(report))
+        bars=[_numeric_bar(row) for row in numeric_rows(report.numeric)], ladders=_ladders(report))
 
 
 @lru_cache(maxsize=1)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..model import Finding, FlowEntry, OpRef, Report, Severity, combined_verdict
 from .common import display_path, model_label, visible
+from .numeric_rows import numeric_rows
 from .terminal import MAX_ROWS
 
 if TYPE_CHECKING:
@@ -113,6 +114,27 @@ def mermaid(f: Finding, sources: Sequence[str], outputs: Sequence[str]) -> list[
     return lines
 
 
+_NUMERIC_ORDER = ("fail", "error", "inconclusive", "skipped", "pass")
+
+
+def _numeric(report: Report) -> list[str]:
+    """The numeric checks, folded under one line of counts: a failure is already a finding above."""
+    if not report.numeric:
+        return []
+    counts = Counter(n.status for n in report.numeric)
+    head = ", ".join(f"{counts[s]} {s}" for s in sorted(counts, key=lambda s: (
+        _NUMERIC_ORDER.index(s) if s in _NUMERIC_ORDER else len(_NUMERIC_ORDER), s)))
+    out = [f"<details><summary>Numeric gradient checks: {head}</summary>", "",
+           "| source → output | status | rel. error | dtype | reason |", "| --- | --- | --- | --- | --- |"]
+    for row in numeric_rows(report.numeric):
+        n = row.result
+        at = f" at {row.where}" if row.where else ""
+        error = "" if n.rel_error is None or row.folded else f"{n.rel_error:.1e}"
+        out.append(f"| {_code(n.source)} → {_code(row.output)}{_esc(at)} | {n.status} | {error} | {n.dtype or ''} "
+                   f"| {_esc(row.details())} |")
+    return out + ["", "</details>", ""]
+
+
 def _section(report: Report, fail_on: str, level: str) -> list[str]:
     t = report.target
     out = [f"{level} {_verdict(report.verdict(fail_on))} {_code(display_path(t.path))}"
@@ -135,6 +157,7 @@ def _section(report: Report, fail_on: str, level: str) -> list[str]:
         out += [f"{level}# Broken paths", ""]
         for f, sources, outputs in broken:
             out += mermaid(f, sources, outputs) + [""]
+    out += _numeric(report)
     if suppressed:
         out += [f"<details><summary>{len(suppressed)} suppressed or known finding(s)</summary>", ""]
         out += [f"- {f.code} {_code(f.rule)}: {_esc(f.message)} ({_esc(f.suppressed or '')})" for f in suppressed]

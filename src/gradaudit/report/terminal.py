@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..model import FlowEntry, Report, Severity
 from .common import display_path, model_label, visible
+from .numeric_rows import numeric_rows
 
 if TYPE_CHECKING:
     from ..model import AuditFailure
@@ -105,12 +106,13 @@ def _numeric_table(report: Report) -> RenderableType:
     table = Table(title=f"Numeric gradient checks (seed {report.seed})", title_justify="left")
     for col in ("source", "output", "status", "rel. error", "step", "dtype", "evals", "reason"):
         table.add_column(col)
-    for n in report.numeric:
-        at = "" if n.scale is None else f" (inputs × {n.scale:g})"
-        table.add_row(n.source + at, n.output, Text(n.status, style=_NUM_STYLE.get(n.status, "")),
-                      "" if n.rel_error is None else f"{n.rel_error:.2e}",
-                      "" if n.step is None else f"{n.step:.1e}", n.dtype or "", str(n.evaluations),
-                      "; ".join(r for r in (n.reason, n.precision_reason) if r))
+    for row in numeric_rows(report.numeric):
+        n = row.result
+        at = f" ({row.where})" if row.where else ""
+        table.add_row(n.source + at, row.output, Text(n.status, style=_NUM_STYLE.get(n.status, "")),
+                      "" if n.rel_error is None or row.folded else f"{n.rel_error:.2e}",
+                      "" if n.step is None or row.folded else f"{n.step:.1e}", n.dtype or "", str(row.evaluations),
+                      row.details())
     return table
 
 

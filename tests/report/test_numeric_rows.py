@@ -1,0 +1,78 @@
+"""Probe-point checks in the reports: passes and failures one line each, the inconclusive ones of a source
+folded into one line with their outputs, scales and reason; the JSON report keeps every check."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from gradaudit.model import NumericResult, Report
+from gradaudit.report import html, json_report, markdown, terminal
+from gradaudit.report.numeric_rows import numeric_rows
+
+WHY = "the outputs or the gradient are NaN or Inf at the checked point"
+
+
+def _check(status: str, output: str = "y", scale: float | None = None, source: str = "x",
+           reason: str | None = None) -> NumericResult:
+    return NumericResult(source, output, status, 1e-9 if status == "pass" else 0.5 if status == "fail" else None,
+                         1e-7, "float32", 12, reason=reason, scale=scale, precision_reason="its own precision")
+
+
+@pytest.fixture(scope="module")
+def probed(mlp_report) -> Report:
+    """The synthesised point passed; at the probe points x passed once, and was inconclusive six times over
+    two outputs; w was inconclusive once."""
+    x = [_check("pass")]
+    x += [_check("pass", "y", 100.0)]
+    x += [_check("inconclusive", o, s, reason=f"{WHY} ({o} at {s:g})") for s in (100.0, -600.0) for o in ("y", "z")]
+    x += [_check("inconclusive", "y,z", s, reason="bound too loose") for s in (300.0, 1e4)]
+    w = [_check("inconclusive", "y", 100.0, source="w", reason="flat")]
+    return dataclasses.replace(mlp_report, numeric=x + w)
+
+
+def test_inconclusive_probe_points_fold_into_one_row_per_source(probed):
+    rows = numeric_rows(probed.numeric)
+    assert [(r.result.source, r.result.status, r.count) for r in rows] == [
+        ("x", "pass", 1), ("x", "pass", 1), ("x", "inconclusive", 6), ("w", "inconclusive", 1)]
+    folded = rows[2]
+    assert folded.outputs == ("y", "z") and folded.scales == (100.0, -600.0, 300.0, 1e4)
+    assert folded.evaluations == 6 * 12 and folded.where == "inputs × 100, -600, 300, 10000"
+    assert folded.reason.startswith("6 probe-point checks, all inconclusive; the first: ")
+    assert "(y at 100)" in folded.reason
+    assert "JSON" in folded.reason
+    single = rows[3]  # a single inconclusive check keeps its own reason, unfolded
+    assert not single.folded and single.reason == "flat" and single.where == "inputs × 100"
+
+
+def test_terminal_shows_the_folded_row(probed):
+    text = terminal.render_plain(probed)
+    table = text[text.index("Numeric gradient checks"):]
+    assert "x (inputs × 100, -600," in table and "6 probe-point checks," in table  # rich wraps long cells
+    assert "w (inputs × 100)" in table and "flat" in table
+    assert table.count("inconclusive") == 3  # the folded row's status and reason, w's status
+
+
+def test_markdown_lists_the_checks_under_their_counts(probed):
+    text = markdown.render(probed)
+    assert "<summary>Numeric gradient checks: 7 inconclusive, 2 pass</summary>" in text
+    table = text[text.index("| source → output |"):text.index("</details>")]
+    assert len([ln for ln in table.splitlines() if ln.startswith("| `")]) == 4
+    assert "6 probe" in table and r"inputs × 100, \-600" not in table  # no needless escaping of '-'
+
+
+def test_html_has_one_bar_per_row_and_no_bar_for_a_fold(probed):
+    page = html.render(probed)
+    bars = re.findall(r'<div class="bar" data-status="(\w+)"[^>]*>(.*?)</div>', page)
+    assert [s for s, _ in bars] == ["pass", "pass", "inconclusive", "inconclusive"]
+    assert bars[2][1] == ""  # no one error to draw for six checks
+    assert "at inputs × 100, -600, 300, 10000" in page and "6 probe-point checks, all inconclusive" in page
+
+
+def test_json_keeps_every_check(probed):
+    data = json.loads(json_report.render(probed))
+    assert len(data["numeric"]) == len(probed.numeric) == 9
+    assert sum(n["status"] == "inconclusive" and n["scale"] is not None for n in data["numeric"]) == 7
