@@ -125,6 +125,7 @@ class Runner:
         # No autograph: the bodies are plain Python loops over a fixed structure.
         self._gradient = tf.function(self._gradient_impl, autograph=False)
         self._evaluate = tf.function(self._evaluate_impl, autograph=False)
+        self._evaluate_inputs = tf.function(self._evaluate_inputs_impl, autograph=False)
 
     # -- traced bodies -------------------------------------------------------------------------
     def _gradient_impl(self, inputs, u):
@@ -161,6 +162,19 @@ class Runner:
             lin += change(g, p, b)
         return lin, self.fn(**moved)
 
+    def _evaluate_inputs_impl(self, t, inputs, in_dirs, g_in):
+        """`_evaluate_impl` for a line that moves the inputs only: the variables stay where they are (a
+        ResNet50's 25M parameters are neither moved nor read for <g, p - base>)."""
+        import tensorflow as tf
+
+        moved = dict(inputs)
+        lin = tf.constant(0.0, tf.float64)
+        for n in self.input_sources:
+            moved[n] = inputs[n] + tf.cast(t, inputs[n].dtype) * in_dirs[n]
+            lin += tf.reduce_sum(tf.cast(g_in[n], tf.float64)
+                                 * (tf.cast(moved[n], tf.float64) - tf.cast(inputs[n], tf.float64)))
+        return lin, self.fn(**moved)
+
     # -- calls -----------------------------------------------------------------------------------
     def gradient(self, u: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, Any], list[Any]]:
         """(outputs, input gradients, variable gradients) of u·f at the base point, gradients as tensors
@@ -182,12 +196,16 @@ class Runner:
         def pick(g, zero, moving):
             return g if moving and g is not None else zero
 
+        in_d = {n: tf.constant(in_dirs[n], self.input_dtypes[n]) if n in in_dirs else self._zero_in[n]
+                for n in self.input_sources}
+        in_g = {n: pick(g_in.get(n), self._zero_in[n], n in in_dirs) for n in self.input_sources}
+        if not var_dirs:
+            return in_d, None, in_g, None
         return (
-            {n: tf.constant(in_dirs[n], self.input_dtypes[n]) if n in in_dirs else self._zero_in[n]
-             for n in self.input_sources},
+            in_d,
             [tf.constant(var_dirs[i], b.dtype) if i in var_dirs else z
              for i, (z, b) in enumerate(zip(self._zero_var, self.var_base))],
-            {n: pick(g_in.get(n), self._zero_in[n], n in in_dirs) for n in self.input_sources},
+            in_g,
             [pick(g, z, i in var_dirs) for i, (g, z) in enumerate(zip(g_var, self._zero_var))],
         )
 
@@ -198,8 +216,11 @@ class Runner:
 
         in_d, var_d, in_g, var_g = prepared
         try:
-            lin, out = self._evaluate(tf.constant(t, tf.float64), self.inputs, in_d, self.var_base, var_d,
-                                      in_g, var_g)
+            if var_d is None:  # the line moves the inputs only
+                lin, out = self._evaluate_inputs(tf.constant(t, tf.float64), self.inputs, in_d, in_g)
+            else:
+                lin, out = self._evaluate(tf.constant(t, tf.float64), self.inputs, in_d, self.var_base, var_d,
+                                          in_g, var_g)
         except (tf.errors.OpError, ValueError, TypeError) as exc:
             raise ModelError(describe(exc), "forward") from exc
         return float(lin), {k: np.asarray(v) for k, v in out.items()}
