@@ -59,18 +59,22 @@ def forward_masks(g: Dataflow, seeds: dict[int, int], flag: int, order: Order | 
     if not seeds:
         return masks
     succ, flags = g.succ, g.flags
-    targets = [b for _, b, f in order.loops if f & flag]
-    while True:
-        before = [masks[b] for b in targets]
-        for a in order.nodes:
-            m = masks[a]
-            if m:
-                for b, f in zip(succ[a], flags[a]):
-                    if f & flag:
-                        masks[b] |= m
-        # a loop edge wrote into a node already passed: its successors need another pass
-        if before == [masks[b] for b in targets]:
-            return masks
+    for a in order.nodes:
+        m = masks[a]
+        if m:
+            for b, f in zip(succ[a], flags[a]):
+                if f & flag:
+                    masks[b] |= m
+    # a loop edge may have written into a node already passed: carry what it added on, node by node
+    work = [b for _, b, f in order.loops if f & flag and masks[b]]
+    while work:
+        a = work.pop()
+        m = masks[a]
+        for b, f in zip(succ[a], flags[a]):
+            if f & flag and m & ~masks[b]:
+                masks[b] |= m
+                work.append(b)
+    return masks
 
 
 def backward_masks(g: Dataflow, seeds: dict[int, int], flag: int, order: Order) -> list[int]:
@@ -81,16 +85,31 @@ def backward_masks(g: Dataflow, seeds: dict[int, int], flag: int, order: Order) 
     if not seeds:
         return masks
     succ, flags = g.succ, g.flags
-    rev = order.nodes[::-1]
-    while True:
-        for a in rev:
-            m = masks[a]
-            for b, f in zip(succ[a], flags[a]):
-                if f & flag:
-                    m |= masks[b]
-            masks[a] = m
-        if not any(f & flag and masks[b] & ~masks[a] for a, b, f in order.loops):
-            return masks
+    for a in reversed(order.nodes):
+        m = masks[a]
+        for b, f in zip(succ[a], flags[a]):
+            if f & flag:
+                m |= masks[b]
+        masks[a] = m
+    work = [a for a, b, f in order.loops if f & flag and masks[b] & ~masks[a]]
+    if not work:
+        return masks
+    pred: list[list[int]] = [[] for _ in masks]
+    for a in range(len(masks)):
+        for b, f in zip(succ[a], flags[a]):
+            if f & flag:
+                pred[b].append(a)
+    for a, b, f in order.loops:
+        if f & flag:
+            masks[a] |= masks[b]
+    while work:
+        b = work.pop()
+        m = masks[b]
+        for a in pred[b]:
+            if m & ~masks[a]:
+                masks[a] |= m
+                work.append(a)
+    return masks
 
 
 def converted_masks(g: Dataflow, order: Order, to_output_value: list[int],
@@ -112,6 +131,8 @@ def converted_masks(g: Dataflow, order: Order, to_output_value: list[int],
         elif not carries_gradient(g.dtype[a]):
             m = seeds.get(a, 0)
             for b, f in zip(g.succ[a], g.flags[a]):
+                if f & BACK:  # a loop's carried value: what the loop's end converts is counted there
+                    continue
                 if f & CONVERT:
                     m |= to_output_value[b]
                 elif f & VALUE_CHAIN or f & VALUE and not f & SUMMARY:

@@ -1,10 +1,10 @@
 """Each function analysed once, calls composed from summaries: the functions a root runs are put in call order
 (callees first; a function that calls itself is a malformed model), each body is built once per argument dtypes
-with its calls as summary edges, and the composed graph holds one copy of a body per distinct calling context.
+with its calls as summary edges, and the composed graph holds a copy of a body per distinct calling context.
 
 A calling context is what the caller's masks say at the call: which sources reach each argument (by value,
-along gradient edges) and which outputs each result reaches (by value, along gradient edges, converted). Two
-calls with the same context give every node of the body the same masks, so one copy serves both, and the
+along gradient edges) and which outputs each result reaches (by value, along gradient edges, converted). Calls
+with the same context give every node of the body the same masks, so one copy can serve them all and the
 composed graph's masks are those of the graph with every call inlined. Nothing here recurses on depth."""
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ from .reach import (
     reach_masks,
     topological_order,
 )
+
+# Calls in the same context with different input tensors get copies of their own up to this many: the masks
+# would be the same in one copy, but the lints that look across a call at what its arguments are (a constant, the
+# op computing them) see each caller's own. Beyond it, calls in that context share the copies (hostile sizes).
+COPIES_PER_CONTEXT = 8
 
 
 class RecursiveCall(ValueError):
@@ -163,18 +168,27 @@ class Program:
         top = Instance(root)
         instances = [top]
         work = [(top, seeds)]
-        known: dict[tuple[FunctionKey, Context], Instance] = {}
+        copies: dict[tuple[FunctionKey, Context], list[Instance]] = {}
+        by_inputs: dict[tuple, Instance] = {}
         while work:
             inst, inst_seeds = work.pop()
             self.budget.charge(inst.body.n_own)
             masks = reach_masks(inst.body.g, inst_seeds, inst.body.order)
             for site in inst.body.sites:
                 ctx = _site_context(site, masks, arg_seed)
-                callee = known.get((site.callee, ctx))
+                fed = tuple(tuple(inst.body.g.aliased_from.get(a, ())) for a in site.args)
+                inputs = (site.callee, ctx, id(inst), fed)  # the same tensors of the same caller copy
+                callee = by_inputs.get(inputs)
                 if callee is None:
-                    callee = known[site.callee, ctx] = Instance(self.bodies[site.callee])
-                    instances.append(callee)
-                    work.append((callee, _callee_seeds(callee.body, ctx)))
+                    same = copies.setdefault((site.callee, ctx), [])
+                    if len(same) < COPIES_PER_CONTEXT:
+                        callee = Instance(self.bodies[site.callee])
+                        same.append(callee)
+                        instances.append(callee)
+                        work.append((callee, _callee_seeds(callee.body, ctx)))
+                    else:
+                        callee = same[0]
+                    by_inputs[inputs] = callee
                 inst.callees.append(callee)
         return _assemble(instances, self.budget), _node_map(top)
 
