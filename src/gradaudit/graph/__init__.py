@@ -1,1 +1,2 @@
-"""The static graph: function library, the inlined dataflow graph, and TensorFlow's gradient registry."""
+"""The static graph: function library, each function's dataflow graph and summary, their composition, and
+TensorFlow's gradient registry."""

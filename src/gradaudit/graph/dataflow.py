@@ -66,7 +66,7 @@ class Dataflow:
     aliased_from: dict[int, list[int]] = field(default_factory=dict)  # tensor -> tensors it takes the value of
     const_value: dict[int, float] = field(default_factory=dict)  # tensor -> value, for scalar numeric Consts
     shape: dict[int, object] = field(default_factory=dict)  # tensor -> TensorShapeProto saved with the graph
-    # saved custom-gradient function -> its own inlined Dataflow (the hazard lints read inside it)
+    # saved custom-gradient function -> its own composed Dataflow (the hazard lints read inside it)
     gradient_graphs: dict[str, Dataflow] = field(default_factory=dict)
 
     def producers(self, tensor: int) -> list[int]:
