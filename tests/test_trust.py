@@ -65,7 +65,8 @@ def test_a_crash_inside_gradaudit_is_said_to_be_one(samples, tmp_path, monkeypat
         monkeypatch.setattr(static, "STATIC_CHECKS", tuple(broken if c.__name__ == "check" and c.__module__ ==
                                                              module else c for c in static.STATIC_CHECKS))
     out = tmp_path / "r.json"
-    result = CliRunner().invoke(main, [os.path.join(samples, "mlp"), "--json", str(out)])
+    # --timeout 0: the run stays in this process, where the patched function is
+    result = CliRunner().invoke(main, [os.path.join(samples, "mlp"), "--json", str(out), "--timeout", "0"])
     assert result.exit_code == 2, result.output
     line = f"internal error in gradaudit while {stage}"
     assert line in result.stderr and "RuntimeError: simulated bug; please report it" in result.stderr
@@ -175,7 +176,10 @@ def test_an_internal_error_in_the_timeout_child_is_said_to_be_one(samples, tmp_p
     from gradaudit.errors import InternalError
 
     err = InternalError("running the numeric checks", RuntimeError("in the child"))
-    monkeypatch.setattr("gradaudit.isolate.run_isolated", lambda *_a, **_k: err)
+    from gradaudit.model import Isolation
+
+    isolation = Isolation("landlock-abi7", "landlock", 1 << 30, 30.0)
+    monkeypatch.setattr("gradaudit.isolate.run_isolated", lambda *_a, **_k: (err, isolation))
     with pytest.raises(InternalError) as caught:
         api.audit_saved_model(os.path.join(samples, "mlp"), AuditOptions(timeout=30.0))
     assert caught.value.report is not None and caught.value.report.verdict() == "incomplete"

@@ -7,8 +7,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import GradauditError, InternalError
-from .model import Finding, Report, Target
+from .model import Finding, Isolation, Report, Target
 from .progress import say
+
+# The CLI's time budget for the part that runs the model (--timeout); the Python API runs it in the caller's
+# process unless given a timeout.
+DEFAULT_TIMEOUT = 600.0
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "double"})
 
@@ -32,7 +36,10 @@ class AuditOptions:
     allow_unsafe_ops: bool = False
     order: int = 1  # 2: also check second derivatives (Hessian-vector products)
     probe_scales: tuple[float, ...] | None = None  # stability probe ladder; None: the default one
-    timeout: float | None = None  # seconds for the model-running part, run in a child process
+    # seconds for the model-running part, run in a confined child process (isolate.py); None or 0: in this
+    # process, without time budget, memory limit or sandbox
+    timeout: float | None = None
+    memory_limit: int | None = None  # bytes of data for that child; None: half the physical memory; 0: no limit
     # Python packages to import or shared libraries to load (tf.load_op_library) before the audit, so that
     # their custom ops and gradients are known
     load_ops: tuple[str, ...] = ()
@@ -238,11 +245,12 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
         report.incomplete.append(f"numeric checks and probes did not run: they run on signatures, and {key!r} "
                                  "is a saved function of a model without signatures (--static-only audits its "
                                  "graph alone)")
-    elif _may_execute(report, options):
+    elif _may_execute(report, options) and _variables_restorable(report, model, path):
         report.seed = options.seed
         if options.timeout:
             _execute_isolated(report, path, options, key)
         else:
+            report.isolation = _IN_PROCESS
             _execute(report, analysis, path, options, key, model.proto)
     return _finish(report)
 
@@ -280,18 +288,54 @@ def _executed_part(path: str, options: AuditOptions, key: str):
         return exc
 
 
-def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str) -> None:
-    from .isolate import ChildFailed, Timeout, run_isolated
+_IN_PROCESS = Isolation(None, None, None, None, ("the model ran in gradaudit's own process (no --timeout): no "
+                                                 "sandbox, memory limit or time budget",))
 
-    try:
-        child = run_isolated(_executed_part, (path, options, key), options.timeout or 0.0)
-    except Timeout:
-        report.incomplete.append(f"numeric checks and stability probes did not finish within --timeout "
-                                 f"{options.timeout:g} s; the static report is complete")
-        return
-    except ChildFailed as exc:
-        report.incomplete.append(f"numeric checks and stability probes did not finish: {exc}; the static "
+
+def _model_folder(path: str) -> str:
+    """A SavedModel target is its folder or its saved_model.pb."""
+    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+
+def _variables_restorable(report: Report, model, path: str) -> bool:
+    """The model's variables/ before TensorFlow's restore opens it: a FIFO or a device is refused (exit 2); a
+    missing, truncated or corrupt file makes the audit incomplete, naming the file."""
+    from .safety.checkpoint import check_variables, variables_problem
+
+    folder = _model_folder(path)
+    check_variables(folder)
+    problem = variables_problem(folder, bool(model.all_variables()))
+    if problem:
+        report.incomplete.append(f"numeric checks and stability probes did not run: {problem}; the static "
                                  "report is complete")
+    return problem is None
+
+
+def _readable(path: str, options: AuditOptions) -> tuple[str, ...]:
+    """What the child that runs the model reads besides the Python environment: the model folder, --inputs,
+    and the shared libraries of --load-ops."""
+    from .custom_ops import is_library
+
+    extra = [options.inputs_file] if options.inputs_file else []
+    return (_model_folder(path), *extra, *(lib for lib in options.load_ops if is_library(lib)))
+
+
+def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str) -> None:
+    from .isolate import Stopped, Timeout, run_isolated
+    from .safety.sandbox import default_memory_limit
+
+    limit = default_memory_limit() if options.memory_limit is None else options.memory_limit or None
+    try:
+        child, report.isolation = run_isolated(_executed_part, (path, options, key), options.timeout,
+                                               _readable(path, options), limit)
+    except Stopped as exc:
+        report.isolation = exc.isolation
+        if isinstance(exc.reason, Timeout):
+            report.incomplete.append(f"numeric checks and stability probes did not finish within --timeout "
+                                     f"{options.timeout:g} s; the static report is complete")
+        else:
+            report.incomplete.append(f"numeric checks and stability probes did not finish: {exc}; the static "
+                                     "report is complete")
         return
     if isinstance(child, InternalError):
         raise child if child.report is not None else child.with_report(report)
@@ -320,8 +364,8 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
         _full_tracebacks()
         _guard("running the numeric checks", report, lambda: _run_numeric_traced(report, traced, options, analysis))
         _guard("running the stability probes", report, lambda: _probe_traced(report, traced, options))
-        if options.timeout:
-            report.notes.append(f"--timeout applies to SavedModels; this {traced.kind} target ran in-process")
+        report.isolation = Isolation(None, None, None, None, (f"a {traced.kind} target runs in gradaudit's own "
+                                                              "process: no sandbox, memory limit or time budget",))
     return _finish(report)
 
 
@@ -450,7 +494,7 @@ def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:
 # AuditOptions field each sets; the policy keys (select, ignore, ignore-ops, fail-on) are read as well.
 _CONFIG_OPTIONS = {"signature": "signature", "tag": "tags", "static-only": "static_only", "seed": "seed",
                    "batch-size": "batch_size", "dim": "dim", "order": "order", "timeout": "timeout",
-                   "load-ops": "load_ops", "inputs": "inputs_file"}
+                   "load-ops": "load_ops", "inputs": "inputs_file", "memory-limit": "memory_limit"}
 _POLICY_KEYS = ("select", "ignore", "ignore-ops", "fail-on")
 
 
@@ -469,6 +513,13 @@ def _from_config(path: str | os.PathLike) -> dict:
                 value = tuple([value] if isinstance(value, str) else value)
             if field_name == "inputs_file" and config.path:
                 value = str(config.path.parent / value)
+            if field_name == "memory_limit":
+                from .safety.sandbox import parse_memory_limit
+
+                try:
+                    value = parse_memory_limit(value)
+                except ValueError as exc:
+                    raise GradauditError(f"{config.where}: memory-limit: {exc}") from None
             out[field_name] = value
         elif key in _POLICY_KEYS:
             if key == "ignore-ops" and isinstance(value, dict):

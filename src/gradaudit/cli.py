@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from .api import DEFAULT_TIMEOUT
 from .report import FORMATS
 from .report.changes import DIFF_REPORTERS
 
@@ -203,9 +204,13 @@ _PATH = click.Path(dir_okay=False)
               help="Run models holding ops or files not proven safe (GA401 file, network, process or "
                    "Python ops; GA402 ops off the reviewed list; GA403 assets outside the model), and load "
                    "Keras files holding Python code. Command line only: a configuration file cannot set it.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
-              help="Bound the part that runs the model (numeric checks, probes): it runs in a child process "
-                   "and is marked 'error: timeout' when it takes longer; the static report stays.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=DEFAULT_TIMEOUT, show_default=True, metavar="SECONDS",
+              help="Bound the part that runs the model (numeric checks, probes): it runs in a sandboxed child "
+                   "process and the audit is incomplete when it takes longer; the static report stays. 0: no "
+                   "bound, and the model runs in gradaudit's own process, without sandbox or memory limit.")
+@click.option("--memory-limit", callback=lambda _c, _p, v: _memory_limit(v), metavar="SIZE",
+              help="Memory for the child process that runs the model (4G, 512M; 0: no limit). Default: half "
+                   "of the physical memory. A model that needs more makes the audit incomplete.")
 @click.option("--load-ops", "load_ops", multiple=True, metavar="PACKAGE_OR_SO",
               help="Import a Python package (tensorflow_text, tensorflow_decision_forests) or load a shared "
                    "library (tf.load_op_library) before the audit, so its custom ops and gradients are known. "
@@ -215,7 +220,7 @@ def audit_command(models, recursive, jobs, shard, html_path, tags, signature, al
                   ignore,
                   ignore_ops, baseline, write_baseline, fail_on, exit_zero, fmt, output, json_path, sarif_path,
                   junit_path, markdown_path, seed, batch_size, dim, shapes, inputs_file, order, probe_scales,
-                  input_specs, allow_unsafe_ops, timeout, load_ops, debug) -> None:
+                  input_specs, allow_unsafe_ops, timeout, memory_limit, load_ops, debug) -> None:
     """Audit each MODEL: a SavedModel folder (or its saved_model.pb; with --recursive, a folder of them),
     a Keras file (.keras, .h5), or a Python object as module:attr or file.py:attr.
 
@@ -247,7 +252,8 @@ def audit_command(models, recursive, jobs, shard, html_path, tags, signature, al
         opts = AuditOptions(tags=tag_set, signature=signature, static_only=static_only, seed=seed,
                             batch_size=batch_size, dim=dim, shapes=shapes, inputs_file=inputs_file,
                             order=order, probe_scales=probe_scales, input_specs=tuple(input_specs),
-                            allow_unsafe_ops=allow_unsafe_ops, timeout=timeout, load_ops=tuple(load_ops))
+                            allow_unsafe_ops=allow_unsafe_ops, timeout=timeout or None, memory_limit=memory_limit,
+                            load_ops=tuple(load_ops))
         with terminal.progress(len(paths)) as advance, terminal.status(len(paths) == 1):
             audits = audit_models(paths, opts, all_signatures=all_signatures, jobs=jobs, debug=debug,
                                   on_done=advance)
@@ -274,6 +280,15 @@ def audit_command(models, recursive, jobs, shard, html_path, tags, signature, al
     if changes is not None and changes.fails() and not exit_zero:  # a pair lost its gradient since the baseline
         sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_FINDINGS if not exit_zero and any(r.gate_fails(fail_on) for r in reports) else EXIT_OK)
+
+
+def _memory_limit(value: str | None) -> int | None:
+    from .safety.sandbox import parse_memory_limit
+
+    try:
+        return None if value is None else parse_memory_limit(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _shard(value: str | None) -> tuple[int, int] | None:

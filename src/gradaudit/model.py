@@ -205,6 +205,23 @@ class BlockedPath:
 
 
 @dataclass(frozen=True)
+class Isolation:
+    """What confined and bounded the process that ran the model (isolate.py, safety/sandbox.py); None in a
+    field: the platform (or the options) gave none of it."""
+
+    filesystem: str | None  # "landlock-abi7": reads only the model and the Python environment, writes its own folder
+    network: str | None  # "landlock+netns" (no TCP, no interface but loopback), "landlock" (no TCP), "netns"
+    memory_limit_bytes: int | None
+    time_budget_s: float | None
+    missing: tuple[str, ...] = ()  # what was not in force and why, one phrase each
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"filesystem": self.filesystem, "network": self.network,
+                "memory_limit_bytes": self.memory_limit_bytes, "time_budget_s": self.time_budget_s,
+                "missing": list(self.missing)}
+
+
+@dataclass(frozen=True)
 class Target:
     path: str
     kind: str  # "saved_model" | "python" | "keras"
@@ -236,6 +253,7 @@ class Report:
     # vouch for nothing they would have found, so the verdict is "incomplete", never "pass"
     incomplete: list[str] = field(default_factory=list)
     fail_on: str = "error"  # the threshold this report's verdict uses when none is given (the API's policy)
+    isolation: Isolation | None = None  # how the part that ran the model was confined; None: nothing ran
 
     def summary(self) -> dict[str, int]:
         counts = {s.value: 0 for s in Severity}

@@ -12,6 +12,7 @@ from ..model import (
     Cut,
     Finding,
     FlowEntry,
+    Isolation,
     NumericResult,
     OpRef,
     Output,
@@ -71,6 +72,13 @@ def _path(d: dict[str, Any]) -> BlockedPath:
     return BlockedPath(d["source"], d["output"], steps, d["cut"])
 
 
+def _isolation(d: dict[str, Any] | None) -> Isolation | None:
+    if d is None:
+        return None
+    return Isolation(d["filesystem"], d["network"], d["memory_limit_bytes"], d["time_budget_s"],
+                     tuple(d.get("missing", ())))
+
+
 def report_from_dict(d: dict[str, Any]) -> Report:
     t = d["target"]
     return Report(
@@ -86,6 +94,7 @@ def report_from_dict(d: dict[str, Any]) -> Report:
         seed=d.get("seed"),
         incomplete=list(d.get("incomplete", ())),
         paths=[_path(p) for p in d.get("paths", ())],
+        isolation=_isolation(d.get("isolation")),
     )
 
 

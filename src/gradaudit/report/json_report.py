@@ -45,6 +45,7 @@ def to_dict(report: Report, fail_on: str = "error") -> dict[str, Any]:
         "incomplete": list(report.incomplete),
         "seed": report.seed,
         "paths": [p.to_dict() for p in report.paths],
+        "isolation": report.isolation.to_dict() if report.isolation else None,
     }
 
 

@@ -166,6 +166,8 @@ def renderables(report: Report, fail_on: str = "error") -> list[RenderableType]:
         parts.append(_stability_table(report))
     for note in report.notes:
         parts.append(Text("note: " + note, style="yellow"))
+    if report.isolation and report.isolation.missing:  # what confined the model is said when something did not
+        parts.append(Text("isolation: " + "; ".join(report.isolation.missing), style="yellow"))
     for line in report.incomplete:
         parts.append(Text("not checked: " + line, style="bold yellow"))
     parts.append(verdict_line(report, fail_on))
