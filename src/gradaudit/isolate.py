@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from .model import Isolation
+from .progress import observed, say
 from .safety.sandbox import confine
 
 
@@ -59,7 +60,9 @@ def _child(conn, fn: Callable, args: tuple, tmp: str, readable: tuple[str, ...],
     os.dup2(devnull, 2)
     try:
         conn.send(("confined", confine(readable, tmp, memory_limit)))  # before anything of the model is read
-        conn.send(("ok", fn(*args)))
+        with observed(lambda message: conn.send(("say", message))):  # the parent's status line shows the stage
+            result = fn(*args)
+        conn.send(("ok", result))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
         conn.send(("error", f"{exc.__class__.__name__}: {exc}", traceback.format_exc()))
     finally:
@@ -141,9 +144,12 @@ def run_isolated(fn: Callable, args: tuple, timeout: float | None, readable: tup
             except EOFError:
                 proc.join(5)
                 raise Stopped(_died(proc.exitcode, memory_limit), in_force(isolation)) from None
-            if message[0] != "confined":
+            if message[0] == "say":
+                say(message[1])
+            elif message[0] == "confined":
+                isolation = message[1]
+            else:
                 break
-            isolation = message[1]
     finally:
         if proc.is_alive():
             proc.kill()
