@@ -149,3 +149,24 @@ def test_nothing_recurses_on_the_depth_of_calls(tmp_path):
     analysis = analyse(model, model.signature("serving_default"), GradientOracle())
     [entry] = analysis.flow
     assert entry.status == "blocked" and [c.op.op_type for c in entry.blocked_by] == ["Round"]
+
+
+def test_one_node_budget_and_a_deadline_for_every_graph(tmp_path):
+    """Bodies, summaries' edges and composed copies draw on one budget: the analysis that fits in it fails with
+    one node less; a deadline already past stops the pass with its own error (api.py reports both, exit 2)."""
+    from gradaudit.flow import analyse
+    from gradaudit.graph.dataflow import Budget, GraphTooLarge, StaticPassTooSlow
+    from gradaudit.graph.gradients import GradientOracle
+    from gradaudit.targets.saved_model import SavedModelFile
+
+    path = _base(tmp_path, "budget")
+    _rewire(path, 40)
+    model = SavedModelFile(path)
+    sig = model.signature("serving_default")
+    budget = Budget()
+    analysis = analyse(model, sig, GradientOracle(), budget)
+    assert budget.used > len(analysis.graph.dtype)  # the bodies and the composed graph together
+    with pytest.raises(GraphTooLarge, match=f"budget of {budget.used - 1:,} nodes"):
+        analyse(model, sig, GradientOracle(), Budget(max_nodes=budget.used - 1))
+    with pytest.raises(StaticPassTooSlow, match="time budget of 0 s"):
+        analyse(model, sig, GradientOracle(), Budget(seconds=0))

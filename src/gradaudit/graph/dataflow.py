@@ -192,7 +192,7 @@ class Budget:
 
     def check_time(self) -> None:
         if time.monotonic() > self._deadline:
-            raise StaticPassTooSlow(f"the static pass ran past its time budget of {self.seconds:g} s")
+            raise StaticPassTooSlow(f"it ran past the static pass's time budget of {self.seconds:g} s")
 
 
 class FunctionKey(NamedTuple):
