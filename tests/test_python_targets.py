@@ -123,7 +123,10 @@ def test_wrong_custom_gradient_in_python_function_is_caught_numerically():
 
 def test_healthy_keras_model_passes_numerically():
     r = audit(example_models.make_mlp())
-    assert r.numeric and all(n.status == "pass" for n in r.numeric), r.numeric
+    # at the synthesised point every check passes; at a probe point where every ReLU is off (inputs × -600)
+    # gradient and differences are both zero: inconclusive, never a failure
+    assert r.numeric and all(n.status == "pass" for n in r.numeric if n.scale is None), r.numeric
+    assert all(n.status in ("pass", "inconclusive") for n in r.numeric), r.numeric
     assert r.ok
 
 

@@ -376,7 +376,6 @@ def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
 
     import tensorflow as tf
 
-    from .rules import get_rule
     from .targets.saved_model import SavedModelFile
 
     with tempfile.TemporaryDirectory(prefix="gradaudit-traced-") as tmp:
@@ -392,7 +391,7 @@ def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
             report.notes.append(f"stability probes not run: the traced function cannot be saved for them "
                                 f"({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
             return
-        _run_stability(copy, analysis, tmp, options, "serving_default")
+        outcome = _stability_outcome(analysis, tmp, options, "serving_default")
     rename = _names_from_copy(copy, report)
 
     def renamed(item):
@@ -403,20 +402,17 @@ def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
             fields = {"source": rename.get(item.source, item.source), "output": rename.get(item.output, item.output)}
         return replace(item, **fields)
 
-    report.stability.extend(renamed(s) for s in copy.stability)
-    report.numeric.extend(renamed(n) for n in copy.numeric
-                          if (n.reason or "").startswith("order 2") or n.scale is not None)
-    # hazard lints (GA30x) the probes judged are errors (confirmed) or info (not confirmed) in the copy:
-    # take those versions
-    confirmed = {(f.rule, f.op.op_name): f for f in copy.findings
-                 if f.op and f.code.startswith("GA30") and f.severity.value != "warning"}
-    report.findings[:] = [renamed(confirmed[f.rule, f.op.op_name]) if f.op and (f.rule, f.op.op_name) in confirmed
+    # the copy's own numeric checks do not run: its numeric rows are the probe points' and second order's
+    report.stability.extend(renamed(s) for s in outcome.results)
+    report.numeric.extend(renamed(n) for n in outcome.numeric)
+    # hazard lints the probes judged (confirmed: an error; reached and not confirmed: info), found on the
+    # copy's graph: this report's same lints take their verdicts
+    judged = {(f.rule, f.op.op_name): f for f in outcome.confirm(copy.findings)
+              if f.op and (f.confirmed_by or f.probed)}
+    report.findings[:] = [renamed(judged[f.rule, f.op.op_name]) if f.op and (f.rule, f.op.op_name) in judged
                           else f for f in report.findings]
-    # what the probes found on the copy (they also check the gradient at the probe points); the copy's own
-    # numeric checks do not run
-    report.findings.extend(renamed(f) for f in copy.findings if get_rule(f.rule).probes)
-    report.notes.extend(n for n in copy.notes if n.startswith(("Stability", "stability")))
-    report.incomplete.extend(line for line in copy.incomplete if line.startswith("stability"))
+    report.findings.extend(renamed(f) for f in outcome.findings)  # what the probes found on the copy
+    _add_stability_notes(report, outcome)
 
 
 def _names_from_copy(copy: Report, report: Report) -> dict[str, str]:
@@ -461,21 +457,29 @@ def _run_numeric(report: Report, path: str, options: AuditOptions, key: str, ana
                                      analysis=analysis, loads=loads))
 
 
-def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str, loads=None) -> None:
+def _stability_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None):
     from .stability import DEFAULT_SCALES, StabilityOptions, run_stability
 
     numeric = _numeric_options(options)
     if not options.inputs_file:  # the ladder needs no batch: one example halves its cost on large models
         numeric = replace(numeric, batch_size=1)
     say("stability probes" + (" and second order" if options.order == 2 else ""))
-    outcome = run_stability(path, options.tags, key, analysis, StabilityOptions(
+    return run_stability(path, options.tags, key, analysis, StabilityOptions(
         numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order), loads)
-    report.stability.extend(outcome.results)
-    report.numeric.extend(outcome.numeric)
-    report.findings[:] = outcome.confirm(report.findings) + outcome.findings
+
+
+def _add_stability_notes(report: Report, outcome) -> None:
     report.notes.extend(outcome.notes)
     if outcome.stopped:
         report.incomplete.append(f"stability probes stopped: {outcome.stopped}")
+
+
+def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str, loads=None) -> None:
+    outcome = _stability_outcome(analysis, path, options, key, loads)
+    report.stability.extend(outcome.results)
+    report.numeric.extend(outcome.numeric)
+    report.findings[:] = outcome.confirm(report.findings) + outcome.findings
+    _add_stability_notes(report, outcome)
 
 
 def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:

@@ -48,6 +48,10 @@ class Finding:
     outputs: tuple[str, ...] = ()
     # Set by configuration and baselines; a suppressed finding never fails a run.
     suppressed: str | None = None
+    # A hazard lint the stability probes judged: where they saw it fail (`confirmed_by`), or where they
+    # reached its op and saw nothing go wrong (`probed`); both None when no probe reached it.
+    confirmed_by: str | None = None
+    probed: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -64,6 +68,10 @@ class Finding:
         }
         if self.suppressed:
             d["suppressed"] = self.suppressed
+        if self.confirmed_by:
+            d["confirmed_by"] = self.confirmed_by
+        if self.probed:
+            d["probed"] = self.probed
         return d
 
 
@@ -149,12 +157,16 @@ class NumericResult:
     expected_by: str | None = None
     # the relative discrepancy rounding, truncation and the floor explain: above it, the check fails
     bound: float | None = None
+    # 1: the gradient against differences of the forward; 2: Hessian-vector products against differences
+    # of the gradient (--order 2)
+    order: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         d = {"source": self.source, "output": self.output, "status": self.status,
              "rel_error": self.rel_error, "step": self.step, "dtype": self.dtype,
              "evaluations": self.evaluations, "reason": self.reason,
-             "precision_reason": self.precision_reason, "scale": self.scale, "bound": self.bound}
+             "precision_reason": self.precision_reason, "scale": self.scale, "bound": self.bound,
+             "order": self.order}
         if self.expected_by:
             d["expected_by"] = self.expected_by
         return d
@@ -169,11 +181,18 @@ class StabilityResult:
     op_type: str | None = None
     op_name: str | None = None
     detail: str | None = None
+    # a non-finite cell held against the model; False for what the float64 copy explains (outside the
+    # function's domain, or a true value beyond the dtype's range). None: any non-finite cell is.
+    reported: bool | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.status != "ok" and self.reported is not False
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "output": self.output, "scale": self.scale,
                 "status": self.status, "op_type": self.op_type, "op_name": self.op_name,
-                "detail": self.detail}
+                "detail": self.detail, "reported": self.held}
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ def _op(d: dict[str, Any]) -> OpRef | None:
 
 def _finding(d: dict[str, Any]) -> Finding:
     return Finding(d["code"], d["rule"], Severity(d["severity"]), d["message"], d["fix"], _op(d),
-                   tuple(d.get("sources", ())), tuple(d.get("outputs", ())), d.get("suppressed"))
+                   tuple(d.get("sources", ())), tuple(d.get("outputs", ())), d.get("suppressed"),
+                   d.get("confirmed_by"), d.get("probed"))
 
 
 def _flow(d: dict[str, Any]) -> FlowEntry:

@@ -513,7 +513,8 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
         if bad:
             detail = f"{', '.join(bad[:5])}{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}: {detail}"
         results.append(StabilityResult(s, o, scale, STATUS[obs.kind], obs.culprit.op.op_type if obs.culprit else None,
-                                       obs.culprit.op.op_name if obs.culprit else None, detail))
+                                       obs.culprit.op.op_name if obs.culprit else None, detail,
+                                       reported=obs.kind != OK and obs.reported))
     notes = [f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
              "range of the inputs' dtype."] if skipped else []
     probed = sorted({abs(float(s)) for s in scales} - skipped - {0.0})

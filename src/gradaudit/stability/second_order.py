@@ -17,7 +17,7 @@ from ..model import Finding, NumericResult
 from ..rules import hazards as rules
 from .probes import dense
 
-LABEL = "order 2"  # every second-order result's reason starts with this
+LABEL = "order 2"  # every second-order result's reason starts with this, for a reader (its field: order=2)
 
 
 @dataclass
@@ -136,7 +136,7 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
             reason = tf_reason(exc)
             outcome.results.append(NumericResult(label, shown, "error", None, None, dtype, 0,
                                                  f"{LABEL}: TensorFlow cannot build the second-order gradient: "
-                                                 f"{reason}"))
+                                                 f"{reason}", order=2))
             unavailable.setdefault(reason, ([], set()))
             unavailable[reason][0].extend(names)
             unavailable[reason][1].update(outs)
@@ -177,7 +177,7 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
             status, reason = "inconclusive", (f"{LABEL}: the difference quotients of the gradient do not settle "
                                               f"(error bound {est.rel_bound:.1e} relative)")
         outcome.results.append(NumericResult(label, shown, status, rel if np.isfinite(rel) else None, est.step,
-                                             dtype, est.evaluations + 1, reason, precision_reason=why))
+                                             dtype, est.evaluations + 1, reason, precision_reason=why, order=2))
     for reason, (names, out_names) in unavailable.items():
         outputs = tuple(sorted(out_names))
         outcome.findings.append(rules.SecondOrderUnavailable.finding(

@@ -36,14 +36,14 @@ class Hazard:
 
 def confirmed(finding: Finding, evidence: str) -> Finding:
     """The lint's finding once a stability probe reached the bad region and saw it fail there."""
-    return dataclasses.replace(finding, severity=Severity.ERROR,
+    return dataclasses.replace(finding, severity=Severity.ERROR, confirmed_by=evidence,
                                message=f"{finding.message}. Confirmed by the stability probes: {evidence}.")
 
 
 def unconfirmed(finding: Finding, probed: str) -> Finding:
     """The lint's finding when the stability probes reached its op's inputs (`probed`: where) and saw
     nothing go wrong there: info, not a warning. A --static-only run keeps the warning."""
-    return dataclasses.replace(finding, severity=Severity.INFO,
+    return dataclasses.replace(finding, severity=Severity.INFO, probed=probed,
                                message=f"{finding.message}. Not confirmed by the stability probes ({probed})")
 
 
