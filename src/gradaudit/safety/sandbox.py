@@ -1,12 +1,12 @@
 """The least power the platform offers to the process that runs a model, applied to that process itself
 before TensorFlow is imported: Landlock (Linux) lets it read only the model, the Python environment and the
 system's shared libraries, write only its own temporary folder and open no TCP connection; a network
-namespace, where the process may make one, takes the rest of the network away; RLIMIT_DATA caps its memory."""
+namespace, where the process may make one, takes the rest of the network away; RLIMIT_DATA backs up the
+memory limit the parent watches (isolate.py)."""
 
 from __future__ import annotations
 
 import os
-import resource
 import sys
 
 from ..model import Isolation
@@ -81,10 +81,12 @@ def _landlock(read: list[str], write: list[str]) -> tuple[int, str | None]:
 
 def _memory_cap(limit: int | None) -> str | None:
     """RLIMIT_DATA, not RLIMIT_AS: TensorFlow maps close to 2 GB of address space (libraries, reserved arenas)
-    before it allocates a tensor, while RLIMIT_DATA counts the private memory it writes. An allocation past
+    before it allocates a tensor, while RLIMIT_DATA counts the private memory it may write. An allocation past
     the cap fails inside TensorFlow as an out-of-memory error."""
     if limit is None:
         return None
+    import resource  # POSIX only
+
     try:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     except (ValueError, OSError) as exc:
