@@ -19,6 +19,7 @@ import json, os, socket, sys
 from gradaudit.safety.sandbox import confine
 
 model, tmp, outside, port = sys.argv[1:5]
+sys.path.insert(0, os.getcwd())  # as `python -m gradaudit` run from the outside folder puts it
 isolation = confine((model,), tmp, 256 << 20)
 result = {"isolation": [isolation.filesystem, isolation.network, isolation.memory_limit_bytes]}
 
@@ -66,7 +67,7 @@ def _landlock_abi() -> int:
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory):
     """What a confined process could do, tried once: a model folder, its temporary folder, an outside folder
-    with a secret, and a TCP server of this process listening on the loopback."""
+    with a secret (the working folder, on sys.path), and a TCP server of this process on the loopback."""
     if not sys.platform.startswith("linux") or _landlock_abi() < 4:
         pytest.skip("Landlock with network rules (ABI 4) is not available here")
     root = tmp_path_factory.mktemp("sandbox")
@@ -79,7 +80,7 @@ def probed(tmp_path_factory):
     try:
         done = subprocess.run([sys.executable, "-c", PROBE, str(model), str(tmp), str(outside),
                                str(server.getsockname()[1])], capture_output=True, text=True, timeout=120,
-                              check=False)
+                              check=False, cwd=outside)
     finally:
         server.close()
     assert done.returncode == 0, done.stderr[-2000:]

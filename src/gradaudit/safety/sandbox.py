@@ -23,10 +23,12 @@ _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 
 
 def environment_paths() -> list[str]:
-    """The Python environment: its prefixes and every folder on sys.path (site-packages, an editable
-    install's source folder), so that the child can import gradaudit, TensorFlow and their dependencies."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    paths.update(p for p in sys.path if p)
+    """The Python environment: its prefixes, the gradaudit package and every folder on sys.path
+    (site-packages, an editable install's source folder) but the working folder, which `python -m` puts
+    there and which may be anything (a home folder, a checkout with its secrets)."""
+    cwd = os.getcwd()
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    paths.update(p for p in sys.path if p and os.path.abspath(p) != cwd)
     return sorted(p for p in paths if os.path.exists(p))
 
 
