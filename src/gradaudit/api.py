@@ -10,10 +10,6 @@ from .errors import GradauditError, InternalError
 from .model import Finding, Isolation, Report, Target
 from .progress import say
 
-# The CLI's time budget for the part that runs the model (--timeout); the Python API runs it in the caller's
-# process unless given a timeout.
-DEFAULT_TIMEOUT = 600.0
-
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "double"})
 
 # What a parsed but inconsistent graph raises inside the static pass (dangling references, missing
@@ -494,47 +490,14 @@ def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:
     return keys
 
 
-# [tool.gradaudit] keys the Python API reads from a configuration file (the CLI's option names), and the
-# AuditOptions field each sets; the policy keys (select, ignore, ignore-ops, fail-on) are read as well.
-_CONFIG_OPTIONS = {"signature": "signature", "tag": "tags", "static-only": "static_only", "seed": "seed",
-                   "batch-size": "batch_size", "dim": "dim", "order": "order", "timeout": "timeout",
-                   "load-ops": "load_ops", "inputs": "inputs_file", "memory-limit": "memory_limit"}
-_POLICY_KEYS = ("select", "ignore", "ignore-ops", "fail-on")
-
-
 def _from_config(path: str | os.PathLike) -> dict:
-    """The options and policy a configuration file sets, as `audit` keyword arguments."""
-    from pathlib import Path
+    """The options and policy a configuration file sets, as `audit` keyword arguments: read and checked by the
+    command line's option declarations (keys are the option names)."""
+    from dataclasses import fields
 
-    from .config import read
+    from .options import api_config
 
-    config = read(Path(path))
-    out: dict = {}
-    for key, value in config.values.items():
-        if key in _CONFIG_OPTIONS:
-            field_name = _CONFIG_OPTIONS[key]
-            if field_name in ("tags", "load_ops"):
-                value = tuple([value] if isinstance(value, str) else value)
-            if field_name == "inputs_file" and config.path:
-                value = str(config.path.parent / value)
-            if field_name == "memory_limit":
-                from .safety.sandbox import parse_memory_limit
-
-                try:
-                    value = parse_memory_limit(value)
-                except ValueError as exc:
-                    raise GradauditError(f"{config.where}: memory-limit: {exc}") from None
-            out[field_name] = value
-        elif key in _POLICY_KEYS:
-            if key == "ignore-ops" and isinstance(value, dict):
-                value = [f"{rule}:{g}" for rule, globs in value.items() for g in ([globs] if isinstance(globs, str)
-                                                                                 else globs)]
-            out[key.replace("-", "_")] = value
-        else:
-            raise GradauditError(f"{config.where}: key {key!r} is not read by the Python API (pass it as an "
-                                 "argument of audit())" if not key.startswith("allow") else
-                                 f"{config.where}: {key!r} cannot be set in a configuration file")
-    return out
+    return api_config(path, {f.name for f in fields(AuditOptions)} | {"select", "ignore", "ignore_ops", "fail_on"})
 
 
 def _policy(select, ignore, ignore_ops):

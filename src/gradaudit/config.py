@@ -100,7 +100,8 @@ def default_map(config: Config, ctx: click.Context) -> dict[str, Any]:
     defaults: dict[str, Any] = {}
     for key, value in config.values.items():
         if key in COMMAND_LINE_ONLY:
-            raise ConfigError(f"{config.where}: {key} can only be given on the command line")
+            raise ConfigError(f"{config.where}: {key} can only be given on the command line (or to the Python "
+                              "API): it cannot be set in a configuration file")
         param = options.get(key)
         if not isinstance(param, click.Option):
             close = difflib.get_close_matches(key.replace("_", "-"), options, n=1)
