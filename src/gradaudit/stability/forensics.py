@@ -81,6 +81,7 @@ class Forensics:
             if node.custom_gradient:
                 self._custom_fn[node.ref] = gradient_functions.get(node.custom_gradient, node.custom_gradient)
         self._graph: Any = None  # the model's graph, built on first use
+        self._session: Any = None  # a session on it, made again after the graph changed (`_stale`)
         self._by_output: dict[str, tuple] = {}
         self._custom_calls: dict[str, tuple[Any, list]] = {}  # op name -> (gradient function, its inputs)
         self._parts: dict[tuple[str, str], tuple] = {}  # (op, input) -> what op's backward alone gives it
@@ -104,10 +105,6 @@ class Forensics:
         self._outputs = {k: graph.get_tensor_by_name(t.name) for k, t in zip(keys, frozen.outputs)}
         for op in self._ops:
             self._rebind_custom_gradient(op)
-        config = tf.compat.v1.ConfigProto()
-        # Raw kernels: Grappler would rewrite log(softmax) and hide the op at fault.
-        config.graph_options.rewrite_options.disable_meta_optimizer = True
-        self._session = tf.compat.v1.Session(graph=graph, config=config)
 
     def _rebind_custom_gradient(self, op) -> None:
         """Point a loaded custom gradient at this graph's tensors: its gradient function captures tensors
@@ -171,9 +168,33 @@ class Forensics:
             refs = self._refs.get((op.type, "/".join(parts[k:])))
             if refs:
                 return refs[0]
+        if op.type in CONTROL_FLOW:
+            # The static graph expands loops and branches: no node stands for the op itself. It lives in the
+            # function that makes its inputs, under the name it has there (the frozen graph's call prefix off).
+            for t in op.inputs:
+                made = self._ref(t.op)
+                prefix = t.op.name[:len(t.op.name) - len(made.op_name)]
+                if made.function != TOP and t.op.name.endswith(made.op_name) and op.name.startswith(prefix):
+                    return OpRef(op.type, op.name[len(prefix):], made.function)
         return OpRef(op.type, op.name, TOP)
 
+    def _stale(self) -> None:
+        """Gradients were added to the graph. Differentiating a While loop (while_v2) rewrites the loop op in
+        place to output the intermediates its backward needs; a session that has run the graph before keeps
+        the old op ("Connecting to invalid output 13 of source node ... which has 13 outputs"), so the next
+        run needs a new session."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
     def _run(self, fetches, feed: dict[str, np.ndarray], extra: dict | None = None):
+        import tensorflow as tf
+
+        if self._session is None:
+            config = tf.compat.v1.ConfigProto()
+            # Raw kernels: Grappler would rewrite log(softmax) and hide the op at fault.
+            config.graph_options.rewrite_options.disable_meta_optimizer = True
+            self._session = tf.compat.v1.Session(graph=self._graph, config=config)
         feed_dict = {self._inputs[k]: v for k, v in feed.items() if self._inputs.get(k) is not None}
         return self._session.run(fetches, feed_dict={**feed_dict, **(extra or {})})
 
@@ -219,6 +240,7 @@ class Forensics:
                 grads = [None if g is None else tf.convert_to_tensor(g)  # IndexedSlices from a gather
                          for g in tf.gradients(target, tensors)]
             self._by_output[output] = (u, [(t, g) for t, g in zip(tensors, grads) if g is not None])
+            self._stale()
         u, pairs = self._by_output[output]
 
         def run(fetches, more: dict | None = None):
@@ -256,6 +278,7 @@ class Forensics:
             with self._graph.as_default():
                 ys = [tf.compat.v1.placeholder(o.dtype, shape=o.shape) for o in outs]
                 self._parts[key] = (ys, tf.gradients(outs, [t], grad_ys=ys)[0])
+            self._stale()
         ys, part = self._parts[key]
         if part is None:
             return None
@@ -287,10 +310,10 @@ class Forensics:
 
     def _saved_name(self, loaded: str) -> str:
         """The saved function a loaded one was made from: the loader names while_body_5
-        __inference_while_body_5_105 (with "_rewritten" once the Runner has traced it)."""
+        __inference_while_body_5_105, with "_rewritten" each time a gradient of the loop was built."""
         if loaded in self._by_function:
             return loaded
-        match = re.fullmatch(r"__inference_(.*)_\d+(?:_rewritten)?", loaded)
+        match = re.fullmatch(r"__inference_(.*)_\d+(?:_rewritten)*", loaded)
         return match.group(1) if match and match.group(1) in self._by_function else loaded
 
     def _blame(self, op, values, index: int, shape, run) -> Culprit:
@@ -342,5 +365,4 @@ class Forensics:
                                  f"'{owner.op_name}' in {owner.function}")
 
     def close(self) -> None:
-        if self._graph is not None:
-            self._session.close()
+        self._stale()

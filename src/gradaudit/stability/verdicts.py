@@ -1,5 +1,5 @@
-"""From probe observations to findings: one unstable-gradient or nonfinite-forward finding per output and
-op at fault, and the static hazards whose ops the probes saw fail."""
+"""From probe observations to findings: one unstable-gradient or nonfinite-forward finding per op at fault
+(listing the outputs and sources it reaches), and the static hazards whose ops the probes saw fail."""
 
 from __future__ import annotations
 
@@ -26,9 +26,13 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
     """(findings, confirmations, probed): confirmations map a hazard finding's (code, op, message) to
     evidence; probed maps the hazards the ladder reached (an input it scaled feeds them) and did not
     confirm to where it probed."""
-    groups: dict[tuple[int, str, OpRef | None], list[tuple[str, Observation]]] = {}
+    # One cause, one finding: the same kind of failure first made by the same op is one finding that lists the
+    # outputs and sources it reaches (an overflow inside expm reaches every output computed from it). Where no op
+    # was located, the cause is unknown: one finding per output.
+    groups: dict[tuple[int, OpRef | None, str | None], list[tuple[str, str, Observation]]] = {}
     for source, output, obs in reported:
-        groups.setdefault((obs.kind, output, obs.culprit.op if obs.culprit else None), []).append((source, obs))
+        op = obs.culprit.op if obs.culprit else None
+        groups.setdefault((obs.kind, op, None if op is not None else output), []).append((source, output, obs))
 
     confirmations: dict[tuple[str, OpRef | None, str], str] = {}
     for h in hazards:
@@ -50,21 +54,25 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
             probed[key] = f"{', '.join(scaled)} at {ladder}"
 
     findings = []
-    for (kind, output, op), items in groups.items():
-        observed = [o for _, o in items]
+    for (kind, op, _), items in groups.items():
+        observed = [o for _, _, o in items]
         first = observed[0]
+        outputs = tuple(dict.fromkeys(o for _, o, _ in items))
+        named = ", ".join(outputs)
+        several = len(outputs) > 1
         if kind == GRADIENT:
-            sources = tuple(dict.fromkeys(s for s, _ in items))
-            text = (f"The gradient of {output} with respect to {', '.join(sources)} is "
-                    f"{values_text({o.value for o in observed})} while {output} is finite, at input scale(s) "
+            sources = tuple(dict.fromkeys(s for s, _, _ in items))
+            text = (f"The gradient{'s' if several else ''} of {named} with respect to {', '.join(sources)} "
+                    f"{'are' if several else 'is'} {values_text({o.value for o in observed})} while "
+                    f"{'those outputs are' if several else f'{named} is'} finite, at input scale(s) "
                     f"{_scales(observed)} (e.g. {first.where(inputs)})")
             rule = rules.UnstableGradient
         else:
             sources = tuple(dict.fromkeys(n for o in observed for n in o.config))
-            text = (f"{output} is {values_text({o.value for o in observed})} at input scale(s) {_scales(observed)} "
-                    f"(e.g. {first.where(inputs)})")
+            text = (f"{named} {'are' if several else 'is'} {values_text({o.value for o in observed})} at input "
+                    f"scale(s) {_scales(observed)} (e.g. {first.where(inputs)})")
             if not any(o.gradient for o in observed):
-                text += "; its gradient stays finite there"
+                text += f"; {'their gradients stay' if several else 'its gradient stays'} finite there"
             rule = rules.NonfiniteForward
         if first.culprit is None or op is None:
             text += ". The op at fault could not be located."
@@ -75,5 +83,5 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
                              if op in h.involved or inside & h.involved})
             if linted:
                 text += f" The hazard {', '.join(linted)} is reported there."
-        findings.append(rule.finding(text, op=op, sources=sources, outputs=(output,)))
+        findings.append(rule.finding(text, op=op, sources=sources, outputs=outputs))
     return findings, confirmations, probed
