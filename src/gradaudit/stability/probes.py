@@ -143,7 +143,7 @@ class Prober:
         self.mismatches: list[Finding] = []
         self.forensics = Forensics(loaded.fn, graph, gradient_functions)
         self.suspects = suspects or (lambda _sources, _output: ())
-        self._runners: dict[tuple[str | None, bool], object] = {}
+        self._runners: dict[tuple[str | None, bool, bool], object] = {}
         self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
         self._culprits: dict[tuple, Culprit | None] = {}
         outputs = loaded.fn(**{k: base[k] for k in plan.specs})
@@ -152,17 +152,19 @@ class Prober:
         # A random signed cotangent, never ones: the gradient of sum(softmax(x)) is exactly zero.
         self.u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
 
-    def runner(self, output: str | None = None, f64: bool = False):
-        """The numeric checks' Runner for u·f, over one output or (None) all of them."""
+    def runner(self, output: str | None = None, f64: bool = False, with_variables: bool = True):
+        """The numeric checks' Runner for u·f, over one output or (None) all of them; without variables, the
+        gradient pass leaves the variables' gradients out (a ResNet50's backward to its weights costs as
+        much as the one to its input)."""
         from ..numeric.runner import Runner, signature_variables
 
         if len(self.plan.float_outputs) == 1:
             output = None  # one runner serves both
-        key = (output, f64)
+        key = (output, f64, with_variables)
         if key not in self._runners:
             fn = self._f64.fn if f64 else self.loaded.fn
-            variables = self.variables
-            if f64:
+            variables = self.variables if with_variables else []
+            if f64 and with_variables:
                 by_name = signature_variables(self.info, fn)
                 variables = [(n, by_name[n]) for n in self.var_names]
             outs = self.plan.float_outputs if output is None else [output]
@@ -170,10 +172,10 @@ class Prober:
         return self._runners[key]
 
     def gradients(self, point: dict[str, np.ndarray], output: str | None = None, f64: bool = False,
-                  var_values: list[np.ndarray] | None = None):
+                  var_values: list[np.ndarray] | None = None, with_variables: bool = True):
         """(outputs, {source: float64 gradient, None where TensorFlow gives none}) of u·f at `point`
         (every signature input) and `var_values` (default: the variables' own values)."""
-        runner = self.runner(output, f64)
+        runner = self.runner(output, f64, with_variables)
         var_values = self.base_vars if var_values is None else var_values
         runner.move_to({k: np.asarray(v, runner.input_dtypes[k].as_numpy_dtype) for k, v in point.items()},
                        [np.asarray(v, b.dtype.as_numpy_dtype) for v, b in zip(var_values, runner.var_base)])
@@ -184,7 +186,7 @@ class Prober:
                 self._last64 = (out, g_in, g_var)
             else:
                 self._last = (out, g_in, g_var)
-        grads = {**g_in, **dict(zip(self.var_names, g_var))}
+        grads = {**g_in, **dict(zip(self.var_names if with_variables else [], g_var))}
         return out, {k: dense(g) for k, g in grads.items()}
 
     def float64(self) -> bool:
@@ -210,7 +212,7 @@ class Prober:
                                   f"({describe(exc)}): every non-finite value is reported.")
         return bool(self._f64)
 
-    def _float64_gradients(self, point: dict[str, np.ndarray], output: str | None):
+    def _float64_gradients(self, point: dict[str, np.ndarray], output: str | None, with_variables: bool = True):
         """`gradients` of the float64 copy, None without one; a copy that loads but cannot run (a compiled
         XlaCallModule fixed to float32) is dropped, whatever the error, and the probes go on without it."""
         from ..numeric.runner import ModelError
@@ -218,7 +220,7 @@ class Prober:
         if not self.float64():
             return None
         try:
-            return self.gradients(point, output, f64=True)
+            return self.gradients(point, output, f64=True, with_variables=with_variables)
         except ModelError as exc:
             if self.loads is not None:
                 self.loads.fail(True, exc)
@@ -373,7 +375,7 @@ class Prober:
 
     def sit_at(self, config: tuple[str, ...], scale: float, sign: int) -> None:
         """Move the model's runner to a probe point (what `check_at` reads), if a batched pass skipped it."""
-        self.gradients(self.point(config, scale, sign))
+        self.gradients(self.point(config, scale, sign), with_variables=False)
 
     def check_at(self, inputs: list[str], scale: float, sign: int) -> None:
         """Check the gradient of every input in `inputs` against finite differences at a probe point: on the
@@ -389,7 +391,8 @@ class Prober:
         self.sit_at(tuple(inputs), scale, sign)
         if self._last is None:
             return
-        native = self._check_groups(self.runner(), self._last, inputs, scale, sign, self.plan.native, None)
+        native = self._check_groups(self.runner(None, False, False), self._last, inputs, scale, sign, self.plan.native,
+                                    None)
         why = "the stability probes run the model in its own precision"
         self.checked.extend(replace(r, scale=sign * scale, precision_reason=why) for _, r in native)
 
@@ -398,9 +401,10 @@ class Prober:
         """One result per group (None: every input of `inputs` with its output groups), checked on the
         float64 copy at the probe point; None without a copy that runs."""
         point = self.point(tuple(inputs), scale, sign)
-        if self._float64_gradients(point, None) is None or self._last64 is None:  # moves the copy's runner there
+        # the inputs' checks: a runner without the variables' gradients, moved to the point
+        if self._float64_gradients(point, None, with_variables=False) is None or self._last64 is None:
             return None
-        results = self._check_groups(self.runner(None, f64=True), self._last64, inputs, scale, sign, "float64",
+        results = self._check_groups(self.runner(None, True, False), self._last64, inputs, scale, sign, "float64",
                                      groups)
         return [r for _, r in results]
 
