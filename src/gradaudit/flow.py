@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .graph.dataflow import MAYBE, VALUE, Budget, Dataflow, OpNode
 from .graph.dtypes import DT_BOOL, DT_RESOURCE, carries_gradient, dtype_name, is_float
 from .graph.gradients import GradientOracle, GradKind
-from .graph.reach import GRADIENT_EDGES, ReachMasks, Seeds, reach_masks, topological_order
+from .graph.reach import GRADIENT_EDGES, ReachMasks, Seeds
 from .graph.summaries import Body, Program
 from .model import Cut, FlowEntry, OpRef, Output, Source
 from .targets.saved_model import SavedModelFile, SignatureGraph, VariableInfo
@@ -168,13 +168,13 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle,
     sources, root_sources = _sources(sig, root)
     outputs = [Output(o.name, dtype_name(o.dtype), o.shape) for o in sig.outputs]
     root_outputs = {j: root.tensor(o.tensor) for j, o in enumerate(sig.outputs) if is_float(o.dtype)}
-    g, to = program.compose(root.body, _seeds(root_sources, root_outputs))
+    composed = program.compose(root.body, _seeds(root_sources, root_outputs))
+    g, to, masks = composed.graph, composed.root_nodes, composed.masks
     program.add_gradient_graphs(g)
     source_tensor = {i: to[t] for i, t in root_sources.items()}
     output_tensor = {j: to[t] for j, t in root_outputs.items()}
     other_output_tensor = {j: to[root.tensor(o.tensor)] for j, o in enumerate(sig.outputs) if j not in output_tensor}
 
-    masks = reach_masks(g, _seeds(source_tensor, output_tensor), topological_order(g))
     status = _pair_status(masks, source_tensor, output_tensor)
     uncertain = _uncertain_pairs(g, masks, source_tensor, output_tensor)
     for u in uncertain.values():

@@ -5,6 +5,7 @@ result nodes joined by the called function's summary edges (graph/summaries.py c
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -264,27 +265,32 @@ def call_targets(lib: Library, node) -> list[tuple[FunctionKey, bool]]:
     return out
 
 
+# per node of a body, in order: the functions it makes TensorFlow run (call_targets)
+Targets = list[list[tuple[FunctionKey, bool]]]
+
+
 class DataflowBuilder:
     """Builds the Dataflow of one body: a root GraphDef (a signature's nodes) or one FunctionDef. The functions
     it calls must already be summarised (`summaries`): each call becomes a Site joined by summary edges."""
 
-    def __init__(self, library: Library, oracle: GradientOracle, summaries: dict[FunctionKey, Summary],
+    def __init__(self, library: Library, oracle: GradientOracle, summary_of: Callable[[FunctionKey], Summary],
                  ret_dtypes: dict[FunctionKey, tuple[int, ...]], budget: Budget):
         self.lib = library
         self.oracle = oracle
         self.g = Dataflow()
-        self.summaries = summaries
+        self.summary_of = summary_of
         self.ret_dtypes = ret_dtypes
         self.budget = budget
         self.sites: list[Site] = []
 
     # -- roots -----------------------------------------------------------------------------
-    def add_graph_nodes(self, nodes, where: str = TOP) -> dict[str, list[int]]:
+    def add_graph_nodes(self, nodes, where: str = TOP, targets: Targets | None = None) -> dict[str, list[int]]:
         """Wire top-level GraphDef nodes (flat `node:idx` references); returns node -> output tensors.
-        `where` names their location in findings (a traced function's name, or `<graph>`)."""
-        return self._wire_nodes(list(nodes), where, {}, in_function=False)[0]
+        `where` names their location in findings (a traced function's name, or `<graph>`). `targets`: each
+        node's call_targets, when the caller has them already."""
+        return self._wire_nodes(list(nodes), where, {}, False, targets)[0]
 
-    def add_function(self, name: str, args: list[int]) -> list[int]:
+    def add_function(self, name: str, args: list[int], targets: Targets | None = None) -> list[int]:
         """Wire the body of function `name` with its arguments bound to `args`; returns its result tensors."""
         fdef = self.lib.functions[name]
         for i, t in enumerate(args):
@@ -292,8 +298,7 @@ class DataflowBuilder:
             if shapes and t not in self.g.shape:
                 self.g.shape[t] = shapes[0]
         bound = {a.name: [t] for a, t in zip(fdef.signature.input_arg, args)}
-        outs, layouts = self._wire_nodes(list(fdef.node_def), name, bound, in_function=True,
-                                         extra_refs=fdef.ret.values())
+        outs, layouts = self._wire_nodes(list(fdef.node_def), name, bound, True, targets, extra_refs=fdef.ret.values())
         return [self._resolve_parsed(_parse_ref(fdef.ret[arg.name], True), outs, layouts)
                 for arg in fdef.signature.output_arg]
 
@@ -303,8 +308,10 @@ class DataflowBuilder:
 
     # -- wiring ----------------------------------------------------------------------------
     def _wire_nodes(self, nodes, fname: str, bound: dict[str, list[int]], in_function: bool,
-                    extra_refs=()):
+                    targets: Targets | None, extra_refs=()):
         g = self.g
+        if targets is None:
+            targets = [call_targets(self.lib, node) for node in nodes]
         outs: dict[str, list[int]] = dict(bound)
         layouts: dict[str, OutputLayout] = {}
         for node in nodes:
@@ -321,13 +328,13 @@ class DataflowBuilder:
         self.budget.charge(len(g.dtype) - before)
         if unknown:
             self._dtypes_from_consumers(nodes, outs, layouts, in_function)
-        for node in nodes:
+        for node, calls in zip(nodes, targets):
             inputs = []
             for ref in node.input:
                 parsed = _parse_ref(ref, in_function)
                 if parsed is not None:
                     inputs.append(self._resolve_parsed(parsed, outs, layouts))
-            self._wire_node(node, fname, inputs, outs[node.name], layouts[node.name])
+            self._wire_node(node, fname, inputs, outs[node.name], layouts[node.name], calls)
         return outs, layouts
 
     def _dtypes_from_consumers(self, nodes, outs, layouts, in_function: bool) -> None:
@@ -366,7 +373,7 @@ class DataflowBuilder:
         """A site running `callee` with argument nodes `args`: result nodes joined to them by its summary."""
         g = self.g
         rets = [g.new_node(d) for d in self.ret_dtypes[callee]]
-        summary = self.summaries[callee]
+        summary = self.summary_of(callee)
         edges = 0
         for k, a in enumerate(args):
             for m, r in enumerate(rets):
@@ -390,7 +397,8 @@ class DataflowBuilder:
             g.alias(r, o)
         return site
 
-    def _wire_node(self, node, fname: str, inputs: list[int], outputs: list[int], layout) -> None:
+    def _wire_node(self, node, fname: str, inputs: list[int], outputs: list[int], layout,
+                   calls: list[tuple[FunctionKey, bool]]) -> None:
         g = self.g
         op_type = node.op
         if op_type in self.lib.functions or op_type in CALL_OPS:
@@ -427,7 +435,7 @@ class DataflowBuilder:
             return
         self._wire_op(node, fname, inputs, outputs, layout)
         # Functions named by other attrs (dataset map functions, ...) are walked for their ops only.
-        for key, wired in call_targets(self.lib, node):
+        for key, wired in calls:
             if not wired:
                 self._site(key, self.new_arg_tensors(key.name), wired=False)
 
@@ -492,7 +500,7 @@ class DataflowBuilder:
         deps = None
         if saved:  # deps[k][j]: result j of the gradient function depends on its argument k
             key = FunctionKey(grad_fn, tuple(self.lib.input_dtypes(self.lib.functions[grad_fn])))
-            summary, n_ret = self.summaries[key], len(self.ret_dtypes[key])
+            summary, n_ret = self.summary_of(key), len(self.ret_dtypes[key])
             deps = [[bool(mask >> j & 1) for j in range(n_ret)] for mask in summary.value]
         n_in = len(inputs)
         identity = node.op == "IdentityN"

@@ -9,7 +9,7 @@ composed graph's masks are those of the graph with every call inlined. Nothing h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .dataflow import (
     SUMMARY,
@@ -21,6 +21,7 @@ from .dataflow import (
     OpNode,
     Site,
     Summary,
+    Targets,
     call_targets,
 )
 from .gradients import GradientOracle
@@ -28,6 +29,7 @@ from .library import Library
 from .reach import (
     GRADIENT_EDGES,
     Order,
+    ReachMasks,
     Seeds,
     backward_masks,
     converted_masks,
@@ -81,8 +83,19 @@ class Instance:
     """One copy of a body in the composed graph: for the root, or for a callee in one calling context."""
 
     body: Body
+    masks: ReachMasks | None = None  # over its body's nodes, in its context
     base: int = -1  # its first node in the composed graph
     callees: list[Instance] = field(default_factory=list)  # per site of its body
+
+
+@dataclass(frozen=True)
+class Composed:
+    """The composed graph, the root body's node -> its node there, and the masks of every node (each copy's
+    own, computed in its context: those of the graph with every call inlined)."""
+
+    graph: Dataflow
+    root_nodes: list[int]
+    masks: ReachMasks
 
 
 class Program:
@@ -93,16 +106,18 @@ class Program:
         self.oracle = oracle
         self.budget = budget
         self.bodies: dict[FunctionKey, Body] = {}
-        self.summaries: dict[FunctionKey, Summary] = {}
+        self.summaries: dict[FunctionKey, Summary] = {}  # computed when a caller first needs one
         self.ret_dtypes: dict[FunctionKey, tuple[int, ...]] = {}
+        self._targets: dict[FunctionKey, Targets] = {}
 
     # -- bodies and summaries, callees first --------------------------------------------------
     def root_graph(self, nodes, where: str) -> tuple[Body, dict[str, list[int]]]:
         """The body of a root GraphDef's nodes, and node name -> its output tensors."""
         nodes = list(nodes)
-        self._summarise(c for node in nodes for c in call_targets(self.lib, node))
+        targets = [call_targets(self.lib, node) for node in nodes]
+        self._summarise(c for calls in targets for c in calls)
         builder = self._builder()
-        outs = builder.add_graph_nodes(nodes, where)
+        outs = builder.add_graph_nodes(nodes, where, targets)
         return self._body(builder, [], []), outs
 
     def root_function(self, name: str) -> Body:
@@ -111,13 +126,20 @@ class Program:
         return self.bodies[key]
 
     def _builder(self) -> DataflowBuilder:
-        return DataflowBuilder(self.lib, self.oracle, self.summaries, self.ret_dtypes, self.budget)
+        return DataflowBuilder(self.lib, self.oracle, self.summary_of, self.ret_dtypes, self.budget)
+
+    def summary_of(self, key: FunctionKey) -> Summary:
+        if key not in self.summaries:
+            self.summaries[key] = _summary(self.bodies[key])
+        return self.summaries[key]
 
     def _body(self, builder: DataflowBuilder, args: list[int], rets: list[int]) -> Body:
         return Body(builder.g, args, rets, builder.sites, topological_order(builder.g))
 
     def _callees(self, key: FunctionKey) -> list[tuple[FunctionKey, bool]]:
-        return [c for node in self.lib.functions[key.name].node_def for c in call_targets(self.lib, node)]
+        if key not in self._targets:
+            self._targets[key] = [call_targets(self.lib, node) for node in self.lib.functions[key.name].node_def]
+        return [c for calls in self._targets[key] for c in calls]
 
     def _summarise(self, roots) -> None:
         """Build and summarise every function reachable from `roots`, callees before callers (an iterative
@@ -154,16 +176,15 @@ class Program:
     def _build_function(self, key: FunctionKey) -> None:
         builder = self._builder()
         args = [builder.g.new_node(d) for d in key.arg_dtypes]
-        rets = builder.add_function(key.name, args)
+        rets = builder.add_function(key.name, args, self._targets.pop(key))
         body = self._body(builder, args, rets)
         self.bodies[key] = body
         self.ret_dtypes[key] = tuple(body.g.dtype[r] for r in rets)
-        self.summaries[key] = _summary(body)
 
     # -- composition ------------------------------------------------------------------------
-    def compose(self, root: Body, seeds: Seeds, arg_seed: int = 0) -> tuple[Dataflow, list[int]]:
-        """The composed Dataflow of `root` with these seeds, and the root body's node -> composed node.
-        `arg_seed` is the value mask given to the arguments of functions only named by an attr (and nothing
+    def compose(self, root: Body, seeds: Seeds, arg_seed: int = 0) -> Composed:
+        """The composed Dataflow of `root` with these seeds (one bit per source where it enters, per output where
+        it leaves). `arg_seed` is the value mask given to the arguments of functions only named by an attr (and nothing
         else): 0 in a signature, 1 in a custom-gradient function, whose free arguments all vary."""
         top = Instance(root)
         instances = [top]
@@ -173,7 +194,7 @@ class Program:
         while work:
             inst, inst_seeds = work.pop()
             self.budget.charge(inst.body.n_own)
-            masks = reach_masks(inst.body.g, inst_seeds, inst.body.order)
+            masks = inst.masks = reach_masks(inst.body.g, inst_seeds, inst.body.order)
             for site in inst.body.sites:
                 ctx = _site_context(site, masks, arg_seed)
                 fed = tuple(tuple(inst.body.g.aliased_from.get(a, ())) for a in site.args)
@@ -190,7 +211,8 @@ class Program:
                         callee = same[0]
                     by_inputs[inputs] = callee
                 inst.callees.append(callee)
-        return _assemble(instances, self.budget), _node_map(top)
+        g, masks = _assemble(instances, self.budget)
+        return Composed(g, _node_map(top), masks)
 
     def add_gradient_graphs(self, g: Dataflow) -> None:
         """g.gradient_graphs: the composed graph of each saved gradient function g's custom-gradient ops use
@@ -199,7 +221,7 @@ class Program:
             fn = self.lib.registered_gradients.get(node.custom_gradient or "") or ""
             if node.custom_gradient_saved and fn in self.lib.functions and fn not in g.gradient_graphs:
                 body = self.bodies[FunctionKey(fn, tuple(self.lib.input_dtypes(self.lib.functions[fn])))]
-                g.gradient_graphs[fn] = self.compose(body, Seeds(value=dict.fromkeys(body.args, 1)), arg_seed=1)[0]
+                g.gradient_graphs[fn] = self.compose(body, Seeds(value=dict.fromkeys(body.args, 1)), arg_seed=1).graph
 
 
 def _summary(body: Body) -> Summary:
@@ -266,8 +288,9 @@ def _node_map(inst: Instance) -> list[int]:
     return out
 
 
-def _assemble(instances: list[Instance], budget: Budget) -> Dataflow:
-    """One Dataflow with a copy of each instance's body, the calls joined to the callees' copies."""
+def _assemble(instances: list[Instance], budget: Budget) -> tuple[Dataflow, ReachMasks]:
+    """One Dataflow with a copy of each instance's body, the calls joined to the callees' copies; and the
+    copies' masks side by side."""
     g = Dataflow()
     for inst in instances:
         inst.base = len(g.dtype)
@@ -276,10 +299,16 @@ def _assemble(instances: list[Instance], budget: Budget) -> Dataflow:
     n = len(g.dtype)
     g.succ = [[] for _ in range(n)]
     g.flags = [[] for _ in range(n)]
+    families: list[list[int]] = [[0] * n for _ in fields(ReachMasks)]
     for inst in instances:
         budget.check_time()
         body = inst.body.g
         to = _node_map(inst)
+        own = [x for x in range(len(body.dtype)) if inst.body.own[x] >= 0]
+        for family, spec in zip(families, fields(ReachMasks)):
+            local = getattr(inst.masks, spec.name)
+            for x in own:
+                family[to[x]] = local[x]
         for a in range(len(body.dtype)):
             ga = to[a]
             for b, f in zip(body.succ[a], body.flags[a]):
@@ -301,4 +330,4 @@ def _assemble(instances: list[Instance], budget: Budget) -> Dataflow:
             if inst.body.own[t] >= 0:
                 g.shape[to[t]] = shape
         g.has_back_edges |= body.has_back_edges
-    return g
+    return g, ReachMasks(*families)
