@@ -334,7 +334,7 @@ class Checker:
                    evals: int = evaluations) -> NumericResult:
             return NumericResult(source=source, output=label, status=status, rel_error=_finite(e.rel_error),
                                  step=e.step, dtype=self.s.dtype, evaluations=evals, reason=reason,
-                                 bound=_finite(e.rel_bound + self.s.floor))
+                                 bound=_finite(e.rel_threshold(self.s.floor)))
 
         if kinds[-1] == "pass":
             reason = None
@@ -460,29 +460,13 @@ class Checker:
                 f"change with it (finite-difference derivative {est.numeric:.3e} along a random "
                 f"direction, in {self.s.dtype}).", sources=tuple(names), outputs=group.outputs))
             return
-        suspects = self.s.custom_gradients
-        hint = ""
-        fix = None
-        if suspects:
-            shown = ", ".join(f"{op.op_type} '{op.op_name}' in {op.function}" for op in suspects[:3])
-            hint = f" The model's custom gradients: {shown}{', ...' if len(suspects) > 3 else ''}."
-        else:
-            suspects = self.s.domains.assuming
-            shown = ", ".join(f"{op.op_type} '{op.op_name}' in {op.function}" for op in suspects[:4])
-            hint = (" The model has no saved custom gradient: the gradient is TensorFlow's registered one. "
-                    + (f"Ops whose registered gradient assumes something of its inputs or is not their "
-                       f"derivative: {shown}{', ...' if len(suspects) > 4 else ''}." if suspects else
-                       "No op with a registered gradient known to differ from its derivative was found: look at "
-                       "gradients registered by imported libraries (tf.RegisterGradient) and at the inputs."))
-            fix = ("The model has no custom gradient: look at the ops named in the message and at what their "
-                   "registered gradients assume of the inputs; pass real examples with --inputs.")
+        advice = rules.mismatch_advice(self.s.custom_gradients, self.s.domains.assuming, est.autodiff == 0)
         finding = rules.GradientMismatch.finding(
             f"The gradient of {label} with respect to {where} disagrees with finite differences: relative "
-            f"error {est.rel_error:.2e} (error bound {est.rel_bound:.1e}, step {est.step:.1e}, "
+            f"error {est.rel_error:.2e} (error bound {est.rel_threshold(self.s.floor):.1e}, step {est.step:.1e}, "
             f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), seen at "
-            f"two points.{hint}", op=suspects[0] if len(suspects) == 1 else None,
-            sources=tuple(names), outputs=group.outputs)
-        self.findings.append(replace(finding, fix=fix) if fix else finding)
+            f"two points.{advice.hint}", op=advice.op, sources=tuple(names), outputs=group.outputs)
+        self.findings.append(replace(finding, fix=advice.fix) if advice.fix else finding)
 
     def _bisect(self, group: Group, u, confirming: Attempt) -> tuple[list[tuple[list[int], Estimate]], int]:
         """Split the failing variables in halves and keep the halves that still fail, down to single

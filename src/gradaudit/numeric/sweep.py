@@ -75,6 +75,13 @@ class Estimate:
     def rel_bound(self) -> float:
         return self.bound / self.scale if self.scale > 0 else math.inf
 
+    def rel_threshold(self, floor: float) -> float:
+        """The relative error (`rel_error`, on its scale) above which the discrepancy is more than rounding,
+        truncation and the floor explain: finite whenever the gradient or the differences are not zero (a
+        gradient that is exactly zero where the forward moves has a bound, though `rel_bound` is infinite)."""
+        denominator = max(self.scale, abs(self.numeric))
+        return (self.bound + floor * self.scale) / denominator if denominator > 0 else math.inf
+
     @property
     def numeric(self) -> float:
         return self.autodiff + self.delta

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ..model import Severity
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..model import OpRef, Severity
 from .base import Rule, define
 
 GradientMismatch = define(
@@ -164,6 +167,60 @@ UnrunnableModel = define(
 
 RULES: tuple[Rule, ...] = (GradientMismatch, Nondeterministic, SurrogateGradient, MissingGradient,
                            UnrunnableModel)
+
+# Compiled modules from another framework (JAX's exporter): TensorFlow runs them as one op, and their gradient
+# is a second compiled module saved beside them, which nothing here can look inside.
+COMPILED = frozenset({"XlaCallModule"})
+
+
+@dataclass(frozen=True)
+class MismatchAdvice:
+    """What a gradient-mismatch says about where to look: appended to its message, its fix (None: the rule's
+    own, which names the custom gradient to fix), and the op it names (None when there is no single one)."""
+
+    hint: str
+    fix: str | None
+    op: OpRef | None
+
+
+def _ops_text(ops: Sequence[OpRef], limit: int) -> str:
+    shown = ", ".join(f"{op.op_type} '{op.op_name}' in {op.function}" for op in ops[:limit])
+    return shown + (", ..." if len(ops) > limit else "")
+
+
+def mismatch_advice(custom_gradients: Sequence[OpRef], assuming: Sequence[OpRef], zero: bool) -> MismatchAdvice:
+    """Where a wrong gradient comes from, from what the model holds: a compiled module (its saved gradient
+    disagrees with its forward; jax2tf wraps each module in a custom gradient of its own, so the custom
+    gradients found are not the thing to fix), else the model's custom gradients, else the ops whose registered
+    gradient assumes something of its inputs. `zero`: TensorFlow's gradient was exactly zero where the forward
+    moves."""
+    compiled = [op for op in assuming if op.op_type in COMPILED]
+    if compiled:
+        ignored = (" TensorFlow's gradient is exactly zero there while the forward changes: the saved gradient "
+                   "ignores this source." if zero else "")
+        hint = (f" The gradient goes through a compiled module gradaudit cannot look inside "
+                f"({_ops_text(compiled, 3)}): its saved gradient, a second compiled module, disagrees with the "
+                f"derivative of its forward.{ignored} A lax.stop_gradient, a jax.custom_vjp / custom_jvp or a "
+                "non-differentiable op inside the exported function does that.")
+        if custom_gradients:
+            hint += (f" Custom gradients in the model (jax2tf wraps each module in one): "
+                     f"{_ops_text(custom_gradients, 3)}.")
+        fix = ("Nothing in the TensorFlow graph can be fixed: the saved module's gradient disagrees with its forward. "
+               "Look in the exported function (the JAX function given to jax2tf) for lax.stop_gradient, "
+               "jax.custom_vjp / custom_jvp or a non-differentiable op on this path and export again; a parameter "
+               "frozen on purpose there is an expected difference.")
+        return MismatchAdvice(hint, fix, compiled[0] if len(compiled) == 1 else None)
+    if custom_gradients:
+        return MismatchAdvice(f" The model's custom gradients: {_ops_text(custom_gradients, 3)}.", None,
+                              custom_gradients[0] if len(custom_gradients) == 1 else None)
+    hint = (" The model has no saved custom gradient: the gradient is TensorFlow's registered one. "
+            + (f"Ops whose registered gradient assumes something of its inputs or is not their derivative: "
+               f"{_ops_text(assuming, 4)}." if assuming else
+               "No op with a registered gradient known to differ from its derivative was found: look at gradients "
+               "registered by imported libraries (tf.RegisterGradient) and at the inputs."))
+    fix = ("The model has no custom gradient: look at the ops named in the message and at what their registered "
+           "gradients assume of the inputs; pass real examples with --inputs.")
+    return MismatchAdvice(hint, fix, assuming[0] if len(assuming) == 1 else None)
 
 
 

@@ -1,0 +1,80 @@
+"""A gradient-mismatch that comes from inside a compiled module (jax2tf's XlaCallModule) says so: its bound is
+a number, it names the module, and its fix is about the exported function, not a TensorFlow gradient function.
+
+The fixture `jax_stop_gradient_param` computes `x @ lax.stop_gradient(w) + b` inside the module; its
+truth.json records, from the library's own environment, the saved gradient's error against the forward's
+derivative: 1.0 for `act/w` (the saved gradient is zero), 0 for `x` and `act/b`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import pytest
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "sample_models", "thirdparty",
+                       "jax_stop_gradient_param")
+
+
+@pytest.fixture(scope="module")
+def report():
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    return audit_saved_model(FIXTURE, AuditOptions())
+
+
+@pytest.fixture(scope="module")
+def truth() -> dict[str, float]:
+    with open(os.path.join(FIXTURE, "truth.json")) as fh:
+        return json.load(fh)["gradient_error"]["y"]
+
+
+def test_the_wrong_source_fails_and_only_it(report, truth):
+    wrong = {s for s, err in truth.items() if err > 0.1}
+    assert wrong == {"act/w"}
+    mismatches = [f for f in report.findings if f.rule == "gradient-mismatch"]
+    assert {s for f in mismatches for s in f.sources} == wrong
+    failed = {n.source for n in report.numeric if n.status == "fail"} - {"*"}
+    assert failed == wrong
+
+
+def test_the_bound_is_a_number_below_the_error(report):
+    (f,) = [f for f in report.findings if f.rule == "gradient-mismatch"]
+    bound = re.search(r"error bound ([^,]+),", f.message).group(1)
+    assert bound != "inf" and float(bound) < 1e-2
+    (row,) = [n for n in report.numeric if n.source == "act/w" and n.scale is None]
+    assert row.bound is not None and math.isfinite(row.bound) and row.bound < row.rel_error
+
+
+def test_the_message_and_fix_point_inside_the_compiled_module(report):
+    (f,) = [f for f in report.findings if f.rule == "gradient-mismatch"]
+    assert f.op is not None and f.op.op_type == "XlaCallModule"
+    assert "compiled module" in f.message and "exactly zero" in f.message and "stop_gradient" in f.message
+    assert "Fix the gradient function" not in f.fix
+    assert "exported function" in f.fix and "export again" in f.fix
+
+
+def test_a_plain_custom_gradient_keeps_the_fix_that_names_it(models):
+    """No compiled module: the wrong tf.custom_gradient is the thing to fix, and the fix says so."""
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    r = audit_saved_model(models("mlp_1e-4"), AuditOptions())
+    found = [f for f in r.findings if f.rule == "gradient-mismatch"]
+    assert found and all("compiled module" not in f.message for f in found)
+    assert all(f.fix.startswith("Fix the gradient function") for f in found)
+    assert all(f.op is not None and f.op.op_type == "IdentityN" for f in found)
+
+
+def test_zero_autodiff_still_has_a_relative_threshold():
+    from gradaudit.numeric.sweep import Estimate
+
+    est = Estimate(delta=-2.0, bound=1e-4, step=1e-2, sigma=1e-6, scale=0.0, autodiff=0.0, flat=False,
+                   jumpy=False, kinky=False, evaluations=14)
+    assert est.rel_bound == math.inf  # relative to the gradient, which is zero
+    assert est.rel_threshold(1e-5) == pytest.approx(5e-5)  # relative to the differences, like rel_error
+    both_zero = Estimate(delta=0.0, bound=1e-4, step=1e-2, sigma=1e-6, scale=0.0, autodiff=0.0, flat=False,
+                         jumpy=False, kinky=False, evaluations=14)
+    assert both_zero.rel_threshold(1e-5) == math.inf
