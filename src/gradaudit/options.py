@@ -93,7 +93,7 @@ def _memory_limit(_ctx, _param, value: str | None) -> int | None:
 
 
 def _declare(*decorators: Callable[[F], F]) -> Callable[[F], F]:
-    """One decorator applying `decorators` so that the options list in `--help` in the order written."""
+    """One decorator applying `decorators`; `--help` lists the options in the order written here."""
 
     def apply(f: F) -> F:
         for decorator in reversed(decorators):
