@@ -41,7 +41,32 @@ class AuditOptions:
     load_ops: tuple[str, ...] = ()
 
 
-def _rules_check(analysis, report: Report) -> list:
+@dataclass
+class _Draft:
+    """An audit's results as its stages hand them over (static pass, safety gate, numeric checks, probes,
+    reconciliation). The Report is built from it once, at the end (`build`), and is not changed after."""
+
+    target: Target
+    sources: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    flow: list = field(default_factory=list)
+    findings: list = field(default_factory=list)
+    numeric: list = field(default_factory=list)
+    stability: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    seed: int | None = None
+    paths: list = field(default_factory=list)
+    incomplete: list = field(default_factory=list)
+    isolation: Isolation | None = None
+
+    def build(self) -> Report:
+        return Report(target=self.target, sources=list(self.sources), outputs=list(self.outputs),
+                      flow=list(self.flow), findings=list(self.findings), numeric=list(self.numeric),
+                      stability=list(self.stability), notes=list(self.notes), seed=self.seed,
+                      paths=list(self.paths), incomplete=list(self.incomplete), isolation=self.isolation)
+
+
+def _rules_check(analysis, report: _Draft) -> list:
     """Every static rule family; a rule that raises is gradaudit's bug, not the model's."""
     from .static import STATIC_CHECKS
 
@@ -52,11 +77,11 @@ def _rules_check(analysis, report: Report) -> list:
         except Exception as exc:
             report.findings = findings
             raise InternalError(f"running the static rules ({check.__module__}.{check.__name__})", exc,
-                                report) from exc
+                                report.build()) from exc
     return findings
 
 
-def _static_report(model, sig, target: Target) -> tuple[Report, object]:
+def _static_report(model, sig, target: Target) -> tuple[_Draft, object]:
     """The static pass on any target: flow, then every static rule family."""
     from .flow import analyse
     from .graph.dataflow import GraphTooLarge
@@ -72,7 +97,7 @@ def _static_report(model, sig, target: Target) -> tuple[Report, object]:
         detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise GradauditError(f"{target.path}: malformed model, the graph of {target.signature!r} cannot be "
                              f"analysed ({exc.__class__.__name__}: {detail})") from None
-    report = Report(target=target, sources=analysis.sources, outputs=analysis.outputs, flow=analysis.flow,
+    report = _Draft(target=target, sources=analysis.sources, outputs=analysis.outputs, flow=analysis.flow,
                     notes=list(analysis.notes))
     report.findings = _rules_check(analysis, report)
     report.paths = blocked_paths(analysis)
@@ -113,19 +138,19 @@ def _with_deep_stack(run):
     return result["value"]
 
 
-def _guard(stage: str, report: Report, run) -> None:
+def _guard(stage: str, report: _Draft, run) -> None:
     """Run a stage of the audit; an exception that is not a verdict on the model is gradaudit's failure."""
     try:
         run()
     except (GradauditError, InternalError) as exc:
         if isinstance(exc, InternalError):
-            exc.with_report(report)
+            exc.with_report(report.build())
         raise
     except Exception as exc:
-        raise InternalError(stage, exc, report) from exc
+        raise InternalError(stage, exc, report.build()) from exc
 
 
-def _not_checked(report: Report) -> None:
+def _not_checked(report: _Draft) -> None:
     """Requested checks that could not run, or ran without deciding anything, make the audit incomplete: one
     line per kind of check."""
     lines = []
@@ -142,7 +167,7 @@ def _not_checked(report: Report) -> None:
     report.incomplete.extend(line for line in lines if line not in report.incomplete)
 
 
-def _undecided_sources(report: Report) -> list[str]:
+def _undecided_sources(report: _Draft) -> list[str]:
     """Differentiable sources with a connected output that numeric checks ran for, none of which decided
     (pass, fail, or a difference a named cut or sampler explains): inconclusive everywhere, or not reported."""
     from .numeric import ALL_VARIABLES
@@ -191,7 +216,7 @@ def _check_inputs(sig, options: AuditOptions) -> None:
         raise GradauditError(f"--inputs {options.inputs_file}: {exc}") from None
 
 
-def _may_execute(report: Report, options: AuditOptions) -> bool:
+def _may_execute(report: _Draft, options: AuditOptions) -> bool:
     """Nothing of a model runs unless the safety gate proved every op it runs harmless (GA401, GA402, GA403
     findings block it, suppressed or not) or the user says so."""
     from .rules import get_rule
@@ -206,7 +231,8 @@ def _may_execute(report: Report, options: AuditOptions) -> bool:
     return True
 
 
-def _finish(report: Report) -> Report:
+def _finish(report: _Draft) -> Report:
+    """The reconciled results, and the Report built from them."""
     from .rules.numeric import explain_mismatches
 
     _not_checked(report)
@@ -217,7 +243,7 @@ def _finish(report: Report) -> Report:
         report.findings, report.numeric = explain_mismatches(report.findings, report.numeric, variables, floats)
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
                                         f.op.op_name if f.op else "", f.message))
-    return report
+    return report.build()
 
 
 def audit_saved_model(path: str, options: AuditOptions, signature: str | None = None) -> Report:
@@ -259,7 +285,7 @@ def _full_tracebacks() -> None:
     tf.debugging.disable_traceback_filtering()
 
 
-def _execute(report: Report, analysis, path: str, options: AuditOptions, key: str, proto=None) -> None:
+def _execute(report: _Draft, analysis, path: str, options: AuditOptions, key: str, proto=None) -> None:
     """The part of an audit that runs the model: numeric checks, then stability probes, on the model read
     once (`proto`, the static pass's parse) and loaded at most once in each precision."""
     from .numeric.runner import ModelLoads
@@ -293,7 +319,7 @@ def _model_folder(path: str) -> str:
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
-def _variables_restorable(report: Report, model, path: str) -> bool:
+def _variables_restorable(report: _Draft, model, path: str) -> bool:
     """The model's variables/ before TensorFlow's restore opens it: a FIFO or a device is refused (exit 2); a
     missing, truncated or corrupt file makes the audit incomplete, naming the file."""
     from .safety.checkpoint import check_variables, variables_problem
@@ -316,7 +342,7 @@ def _readable(path: str, options: AuditOptions) -> tuple[str, ...]:
     return (_model_folder(path), *extra, *(lib for lib in options.load_ops if is_library(lib)))
 
 
-def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str) -> None:
+def _execute_isolated(report: _Draft, path: str, options: AuditOptions, key: str) -> None:
     from .isolate import Stopped, Timeout, run_isolated
     from .safety.sandbox import default_memory_limit
 
@@ -334,7 +360,7 @@ def _execute_isolated(report: Report, path: str, options: AuditOptions, key: str
                                      "report is complete")
         return
     if isinstance(child, InternalError):
-        raise child if child.report is not None else child.with_report(report)
+        raise child if child.report is not None else child.with_report(report.build())
     report.seed = child.seed
     report.numeric.extend(child.numeric)
     report.stability.extend(child.stability)
@@ -365,7 +391,7 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
     return _finish(report)
 
 
-def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
+def _probe_traced(report: _Draft, traced, options: AuditOptions) -> None:
     """Stability probes and --order 2 run on a SavedModel: the traced function is saved to a temporary
     folder (with its custom gradients) and probed there; results come back under this report's names."""
     import tempfile
@@ -411,7 +437,7 @@ def _probe_traced(report: Report, traced, options: AuditOptions) -> None:
     _add_stability_notes(report, outcome)
 
 
-def _names_from_copy(copy: Report, report: Report) -> dict[str, str]:
+def _names_from_copy(copy: _Draft, report: _Draft) -> dict[str, str]:
     """The saved copy names inputs and variables as the traced graph does; a Keras model's outputs are
     output_0, output_1, ... there, in the traced function's flat order."""
     ours = [o.name for o in report.outputs]
@@ -423,13 +449,13 @@ def _names_from_copy(copy: Report, report: Report) -> dict[str, str]:
     return {}
 
 
-def _add_numeric(report: Report, outcome) -> None:
+def _add_numeric(report: _Draft, outcome) -> None:
     report.numeric.extend(outcome.results)
     report.findings.extend(outcome.findings)
     report.notes.extend(outcome.notes)
 
 
-def _run_numeric_traced(report: Report, traced, options: AuditOptions, analysis=None) -> None:
+def _run_numeric_traced(report: _Draft, traced, options: AuditOptions, analysis=None) -> None:
     from .numeric import run_numeric_function
 
     _add_numeric(report, run_numeric_function(traced.fn, report.sources, report.outputs, report.flow,
@@ -444,7 +470,7 @@ def _numeric_options(options: AuditOptions):
                           shapes=options.shapes, inputs_file=options.inputs_file)
 
 
-def _run_numeric(report: Report, path: str, options: AuditOptions, key: str, analysis=None, loads=None) -> None:
+def _run_numeric(report: _Draft, path: str, options: AuditOptions, key: str, analysis=None, loads=None) -> None:
     from .numeric import run_numeric
 
     say("numeric checks")
@@ -464,13 +490,13 @@ def _stability_outcome(analysis, path: str, options: AuditOptions, key: str, loa
         numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order), loads)
 
 
-def _add_stability_notes(report: Report, outcome) -> None:
+def _add_stability_notes(report: _Draft, outcome) -> None:
     report.notes.extend(outcome.notes)
     if outcome.stopped:
         report.incomplete.append(f"stability probes stopped: {outcome.stopped}")
 
 
-def _run_stability(report: Report, analysis, path: str, options: AuditOptions, key: str, loads=None) -> None:
+def _run_stability(report: _Draft, analysis, path: str, options: AuditOptions, key: str, loads=None) -> None:
     outcome = _stability_outcome(analysis, path, options, key, loads)
     report.stability.extend(outcome.results)
     report.numeric.extend(outcome.numeric)
@@ -534,9 +560,7 @@ def audit(target, *, config: str | os.PathLike | None = None, select=None, ignor
     threshold = settings.pop("fail_on", "error")
     if threshold not in ("error", "warning", "info", "never"):
         raise GradauditError(f"fail_on must be error, warning, info or never, not {threshold!r}")
-    report = policy.apply(_audit_target(target, settings))
-    report.fail_on = threshold
-    return report
+    return replace(policy.apply(_audit_target(target, settings)), fail_on=threshold)
 
 
 def _audit_target(target, options: dict) -> Report:

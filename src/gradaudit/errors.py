@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -30,10 +31,9 @@ class InternalError(Exception):
     def with_report(self, report: Any) -> InternalError:
         """Keep the report as far as it got, marked incomplete: what this stage would have found is missing."""
         if self.report is None:
-            self.report = report
             line = f"{self.stage} did not finish: internal error in gradaudit ({self.detail})"
-            if line not in report.incomplete:
-                report.incomplete.append(line)
+            incomplete = report.incomplete if line in report.incomplete else [*report.incomplete, line]
+            self.report = dataclasses.replace(report, incomplete=incomplete)
         return self
 
 

@@ -256,8 +256,11 @@ class AuditFailure:
     error: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
+    """One audit's result, built once from its stages' results (api.py) and not changed after: a policy
+    (suppressions, --fail-on) makes a new one with dataclasses.replace."""
+
     target: Target
     sources: list[Source] = field(default_factory=list)
     outputs: list[Output] = field(default_factory=list)
