@@ -213,13 +213,28 @@ class Summary:
     converted: tuple[int, ...]  # non-float argument: converted into a float that reaches the result by value
     value_chain: tuple[int, ...]  # non-float argument: reaches the non-float result through non-float values
 
-    def edge_flags(self, arg: int, ret: int) -> int:
-        flags = 0
-        for mask, flag in ((self.value, VALUE), (self.grad, GRAD), (self.converted, CONVERT),
-                           (self.value_chain, VALUE_CHAIN)):
-            if mask[arg] >> ret & 1:
-                flags |= flag
-        return flags | SUMMARY if flags else 0
+    def edges(self, arg: int) -> list[tuple[int, int]]:
+        """(result, edge flags) for each result the argument reaches at all."""
+        masks = ((self.value[arg], VALUE), (self.grad[arg], GRAD), (self.converted[arg], CONVERT),
+                 (self.value_chain[arg], VALUE_CHAIN))
+        out = []
+        for ret in set_bits(self.value[arg] | self.grad[arg] | self.converted[arg] | self.value_chain[arg]):
+            flags = SUMMARY
+            for mask, flag in masks:
+                if mask >> ret & 1:
+                    flags |= flag
+            out.append((ret, flags))
+        return out
+
+
+def set_bits(mask: int) -> list[int]:
+    """The positions of the bits set in `mask`, lowest first (in time proportional to their number)."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
 
 
 @dataclass
@@ -374,14 +389,12 @@ class DataflowBuilder:
         g = self.g
         rets = [g.new_node(d) for d in self.ret_dtypes[callee]]
         summary = self.summary_of(callee)
-        edges = 0
+        self.budget.charge(len(args) + len(rets))
         for k, a in enumerate(args):
-            for m, r in enumerate(rets):
-                flags = summary.edge_flags(k, m)
-                if flags:
-                    g.edge(a, r, flags)
-                    edges += 1
-        self.budget.charge(len(args) + len(rets) + edges)
+            edges = summary.edges(k)
+            for m, flags in edges:
+                g.edge(a, rets[m], flags)
+            self.budget.charge(len(edges))
         site = Site(callee, args, rets, wired)
         self.sites.append(site)
         return site

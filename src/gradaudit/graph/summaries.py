@@ -23,6 +23,7 @@ from .dataflow import (
     Summary,
     Targets,
     call_targets,
+    set_bits,
 )
 from .gradients import GradientOracle
 from .library import Library
@@ -242,9 +243,8 @@ def _summary(body: Body) -> Summary:
     def per_arg(masks: list[int]) -> tuple[int, ...]:  # masks over args at each result -> masks over results
         out = [0] * len(body.args)
         for m, r in enumerate(body.rets):
-            for k in range(len(body.args)):
-                if masks[r] >> k & 1:
-                    out[k] |= 1 << m
+            for k in set_bits(masks[r]):
+                out[k] |= 1 << m
         return tuple(out)
 
     return Summary(per_arg(value), per_arg(grad), tuple(converted[a] & low for a in body.args),
