@@ -163,6 +163,8 @@ class _Root:
 
 def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle,
             budget: Budget | None = None) -> StaticAnalysis:
+    """The static pass on one signature: its functions composed from their summaries, each (source, output)
+    pair's status, and the ops that cut or may cut each pair. `budget` bounds the nodes and time it spends."""
     program = Program(model.library, oracle, budget or Budget())
     root = _root(program, model, sig)
     sources, root_sources = _sources(sig, root)
