@@ -27,9 +27,10 @@ def _base(tmp_path, name: str) -> str:
     return save_module(M(), str(tmp_path / name))
 
 
-def _rewire(path: str, levels: int, calls: int = 2, cycle: int = 0) -> None:
+def _rewire(path: str, levels: int, calls: int = 2, cycle: int = 0, distinct: bool = False) -> None:
     """Put `levels` functions between the signature wrapper and __call__: f_k(x) = sum of `calls` calls of
-    f_{k+1}(x). With `cycle` > 0 the last `cycle` functions call each other in a ring instead."""
+    f_{k+1}(x), each fed x itself or (`distinct`) its own Identity of x. With `cycle` > 0 the last `cycle`
+    functions call each other in a ring instead."""
     sm = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
         sm.ParseFromString(f.read())
@@ -46,9 +47,16 @@ def _rewire(path: str, levels: int, calls: int = 2, cycle: int = 0) -> None:
             callee = names[k + 1] if k + 1 < levels else names[levels - cycle]
         outs = []
         for c in range(calls):
+            fed = f.signature.input_arg[0].name
+            if distinct:
+                copy = f.node_def.add()
+                copy.name, copy.op = f"copy{c}", "Identity"
+                copy.input.append(fed)
+                copy.attr["T"].type = 1
+                fed = f"copy{c}:output:0"
             node = f.node_def.add()
             node.name, node.op = f"call{c}", "PartitionedCall"
-            node.input.append(f.signature.input_arg[0].name)
+            node.input.append(fed)
             node.attr["f"].func.name = callee
             node.attr["Tin"].list.type.append(1)
             node.attr["Tout"].list.type.append(1)
@@ -71,9 +79,10 @@ def _rewire(path: str, levels: int, calls: int = 2, cycle: int = 0) -> None:
         f.write(sm.SerializeToString())
 
 
-def test_a_library_with_two_to_the_forty_paths_is_audited(tmp_path):
+@pytest.mark.parametrize("distinct", [False, True], ids=["same-tensor", "distinct-tensors"])
+def test_a_library_with_two_to_the_forty_paths_is_audited(tmp_path, distinct):
     path = _base(tmp_path, "doubling")
-    _rewire(path, 40)
+    _rewire(path, 40, distinct=distinct)
     [entry] = audit_saved_model(path, AuditOptions(static_only=True)).flow
     assert entry.status == "blocked"
     assert [(c.op.op_type, c.op.function.startswith("__inference___call__")) for c in entry.blocked_by] == [
