@@ -34,6 +34,7 @@ class NumericOutcome:
     results: list[NumericResult]
     findings: list[Finding]
     notes: list[str]  # what could not be checked and why, shown in the report
+    stopped: str | None = None  # TensorFlow's reason when the model could not be loaded, run or differentiated
 
 
 def run_numeric(model_dir: str, tags: tuple[str, ...], signature: str,

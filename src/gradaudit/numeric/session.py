@@ -135,6 +135,7 @@ def run_session(loads: ModelLoads, sources: list[Source], outputs: list[Output],
         return nothing
     notes: list[str] = []
     why = "float64 evaluation disabled"
+    failed64 = None
     if options.upcast:
         blockers = ["the model has no TF2 object graph"] if info.function is None else float64_blockers(info)
         if not blockers:
@@ -142,15 +143,19 @@ def run_session(loads: ModelLoads, sources: list[Source], outputs: list[Output],
                 outcome = _load_and_check(loads, plan, point, options, True, progress)
                 return _with_precision(outcome, "float64 copy of the model", notes)
             except _Float64Failed as exc:
-                blockers = [str(exc)]
+                blockers, failed64 = [str(exc)], exc.error
         why = f"the model's own precision: {'; '.join(blockers)}"
         notes.append(f"Float64 evaluation is not possible ({'; '.join(blockers)}): checked in "
                      f"{plan.native} with tolerances from the measured noise.")
     outcome = _load_and_check(loads, plan, point, options, False, progress)
+    if failed64 is not None and outcome.stopped == failed64:
+        # The model fails the same way as saved (a gradient that raises, an op that cannot load): that error
+        # is the model's, not the float64 copy's, and no check ran in either precision.
+        return _with_precision(outcome, None, [])
     return _with_precision(outcome, why, notes)
 
 
-def _with_precision(outcome: NumericOutcome, why: str, notes: list[str]) -> NumericOutcome:
+def _with_precision(outcome: NumericOutcome, why: str | None, notes: list[str]) -> NumericOutcome:
     """Every check that ran says which precision it used and why."""
     results = [replace(r, precision_reason=why) if r.dtype is not None and r.precision_reason is None else r
                for r in outcome.results]
@@ -199,7 +204,12 @@ def run_function_session(fn, sources: list[Source], outputs: list[Output], flow:
 
 
 class _Float64Failed(RuntimeError):
-    """The float64 copy could not be loaded or run; the checks fall back to native precision."""
+    """The float64 copy could not be loaded or run; the checks fall back to native precision. `error` is
+    TensorFlow's reason, to compare with the model's own failure."""
+
+    def __init__(self, message: str, error: str):
+        super().__init__(message)
+        self.error = error
 
 
 def _float64_errors() -> tuple[type[BaseException], ...]:
@@ -218,7 +228,7 @@ def _load_and_check(loads: ModelLoads, plan: Plan, point: dict[str, np.ndarray],
         loaded = loads.get(use64)
     except Exception as exc:
         if use64:
-            raise _Float64Failed(f"the float64 copy does not load: {describe(exc)}") from exc
+            raise _Float64Failed(f"the float64 copy does not load: {describe(exc)}", describe(exc)) from exc
         groups = [Group(n, tuple(plan.float_outputs), inputs=[n]) for n in plan.input_sources]
         groups += [Group(ALL_VARIABLES, tuple(plan.float_outputs))] if plan.variable_sources else []
         return _model_error(ModelError(describe(exc), "load"), groups, plan, plan.native, [], [])
@@ -235,7 +245,7 @@ def _load_and_check(loads: ModelLoads, plan: Plan, point: dict[str, np.ndarray],
         # Whatever the message: a compiled module fixed to float32 (XlaCallModule), a kernel without
         # a float64 version, a variable that cannot take a double. The model may still run as saved.
         loads.fail(True, exc)
-        raise _Float64Failed(f"the float64 copy does not run: {describe(exc)}") from exc
+        raise _Float64Failed(f"the float64 copy does not run: {describe(exc)}", describe(exc)) from exc
 
 
 def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: NumericOptions, use64: bool,
@@ -282,7 +292,7 @@ def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: Num
         checker.run(groups, _random_ops(model.op_types))
     except ModelError as exc:
         if use64:
-            raise _Float64Failed(f"the float64 copy does not run: {exc}") from exc
+            raise _Float64Failed(f"the float64 copy does not run: {exc}", str(exc)) from exc
         return _model_error(exc, groups, plan, dtype, results, notes)
     return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
 
@@ -309,4 +319,4 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
     errors = [NumericResult(source=g.source, output=output_label(g.outputs, plan.float_outputs), status="error",
                             rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason)
               for g in groups]
-    return NumericOutcome(results + errors, [finding], notes)
+    return NumericOutcome(results + errors, [finding], notes, stopped=str(exc))
