@@ -54,15 +54,25 @@ class _Draft:
     numeric: list = field(default_factory=list)
     stability: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    note_stages: list = field(default_factory=list)  # the stage that wrote each note, in the notes' order
     seed: int | None = None
     paths: list = field(default_factory=list)
     incomplete: list = field(default_factory=list)
     isolation: Isolation | None = None
 
+    def note(self, stage: str, lines) -> None:
+        """Notes of one stage (static, numeric, stability), each once."""
+        for line in lines:
+            if line not in self.notes:
+                self.notes.append(line)
+                self.note_stages.append(stage)
+
     def build(self) -> Report:
         return Report(target=self.target, sources=list(self.sources), outputs=list(self.outputs),
                       flow=list(self.flow), findings=list(self.findings), numeric=list(self.numeric),
-                      stability=list(self.stability), notes=list(self.notes), seed=self.seed,
+                      stability=list(self.stability), notes=list(self.notes),
+                      note_stages=[*self.note_stages, *[""] * (len(self.notes) - len(self.note_stages))],
+                      seed=self.seed,
                       paths=list(self.paths), incomplete=list(self.incomplete), isolation=self.isolation)
 
 
@@ -98,7 +108,7 @@ def _static_report(model, sig, target: Target) -> tuple[_Draft, object]:
         raise GradauditError(f"{target.path}: malformed model, the graph of {target.signature!r} cannot be "
                              f"analysed ({exc.__class__.__name__}: {detail})") from None
     report = _Draft(target=target, sources=analysis.sources, outputs=analysis.outputs, flow=analysis.flow,
-                    notes=list(analysis.notes))
+                    notes=list(analysis.notes), note_stages=["static"] * len(analysis.notes))
     report.findings = _rules_check(analysis, report)
     report.paths = blocked_paths(analysis)
     return report, analysis
@@ -365,7 +375,8 @@ def _execute_isolated(report: _Draft, path: str, options: AuditOptions, key: str
     report.numeric.extend(child.numeric)
     report.stability.extend(child.stability)
     report.findings[:] = child.findings
-    report.notes.extend(n for n in child.notes if n not in report.notes)
+    for line, stage in zip(child.notes, child.note_stages):
+        report.note(stage, [line])
     report.incomplete.extend(child.incomplete)
 
 
@@ -410,8 +421,8 @@ def _probe_traced(report: _Draft, traced, options: AuditOptions) -> None:
             sig = model.signature("serving_default")
             copy, analysis = _static_report(model, sig, Target(tmp, "saved_model", "serving_default", ("serve",)))
         except Exception as exc:  # noqa: BLE001 - a function TensorFlow cannot save is not probed
-            report.notes.append(f"stability probes not run: the traced function cannot be saved for them "
-                                f"({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+            report.note("stability", [f"stability probes not run: the traced function cannot be saved for them "
+                                      f"({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"])
             return
         outcome = _stability_outcome(analysis, tmp, options, "serving_default")
     rename = _names_from_copy(copy, report)
@@ -452,7 +463,7 @@ def _names_from_copy(copy: _Draft, report: _Draft) -> dict[str, str]:
 def _add_numeric(report: _Draft, outcome) -> None:
     report.numeric.extend(outcome.results)
     report.findings.extend(outcome.findings)
-    report.notes.extend(outcome.notes)
+    report.note("numeric", outcome.notes)
 
 
 def _run_numeric_traced(report: _Draft, traced, options: AuditOptions, analysis=None) -> None:
@@ -491,7 +502,7 @@ def _stability_outcome(analysis, path: str, options: AuditOptions, key: str, loa
 
 
 def _add_stability_notes(report: _Draft, outcome) -> None:
-    report.notes.extend(outcome.notes)
+    report.note("stability", outcome.notes)
     if outcome.stopped:
         report.incomplete.append(f"stability probes stopped: {outcome.stopped}")
 

@@ -276,6 +276,11 @@ class Report:
     incomplete: list[str] = field(default_factory=list)
     fail_on: str = "error"  # the threshold this report's verdict uses when none is given (the API's policy)
     isolation: Isolation | None = None  # how the part that ran the model was confined; None: nothing ran
+    # the stage that wrote each note ("static", "numeric", "stability"; "" unknown), in the notes' order
+    note_stages: list[str] = field(default_factory=list)
+
+    def notes_of(self, stage: str) -> list[str]:
+        return [n for n, s in zip(self.notes, self.note_stages) if s == stage]
 
     def summary(self) -> dict[str, int]:
         counts = {s.value: 0 for s in Severity}

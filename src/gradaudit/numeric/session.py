@@ -237,7 +237,7 @@ def _load_and_check(loads: ModelLoads, plan: Plan, point: dict[str, np.ndarray],
                        signature_variables(info, loaded.fn), info.op_types, info.custom_gradients)
         return _check(model, plan, point, options, use64, progress)
     except _Float64Failed as exc:
-        loads.fail(True, exc)
+        loads.fail(True, exc.__cause__ or exc)  # TensorFlow's own error, for the probes' note
         raise
     except Exception as exc:
         if not use64 or not isinstance(exc, _float64_errors()):

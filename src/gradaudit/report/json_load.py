@@ -92,6 +92,7 @@ def report_from_dict(d: dict[str, Any]) -> Report:
         numeric=[_plain(NumericResult, n) for n in d["numeric"]],
         stability=[_plain(StabilityResult, s) for s in d["stability"]],
         notes=list(d.get("notes", ())),
+        note_stages=list(d.get("note_stages", ())),
         seed=d.get("seed"),
         incomplete=list(d.get("incomplete", ())),
         paths=[_path(p) for p in d.get("paths", ())],

@@ -1,0 +1,32 @@
+"""Each note says which stage wrote it (JSON `note_stages`, in the order of `notes`): a reader filters by the
+field, not by the note's first words."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jsonschema
+
+from gradaudit.api import AuditOptions, audit_saved_model
+from gradaudit.report import json_report
+from gradaudit.report.json_load import report_from_dict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JAX = os.path.join(HERE, "..", "sample_models", "thirdparty", "jax_custom_vjp_wrong_x_gt_2")
+
+
+def test_notes_name_their_stage_and_round_trip():
+    """A jax2tf model: its float64 copy cannot run (XlaCallModule is compiled for float32), which the numeric
+    checks and the probes each note under their own stage, with TensorFlow's reason."""
+    r = audit_saved_model(JAX, AuditOptions(timeout=None))
+    assert len(r.note_stages) == len(r.notes)
+    (numeric,) = r.notes_of("numeric")
+    assert numeric.startswith("Float64 evaluation is not possible")
+    stability = r.notes_of("stability")
+    assert stability and all("float64 copy" in n for n in stability)
+    assert not any("_Float64Failed" in n for n in r.notes)  # TensorFlow's error, not gradaudit's wrapper
+    doc = json_report.to_dict(r)
+    jsonschema.validate(doc, json_report.schema())
+    again = report_from_dict(json.loads(json.dumps(doc)))
+    assert again.notes == r.notes and again.note_stages == r.note_stages
