@@ -88,3 +88,18 @@ def test_memory_watch_stops_a_child_past_its_limit():
     assert isinstance(stopped.value.reason, ChildFailed)
     assert "used more than its memory limit of 0.25 GiB (--memory-limit)" in str(stopped.value)
     assert stopped.value.isolation.memory_limit_bytes == 256 << 20
+
+
+def test_memory_limit_from_a_configuration_file(samples, tmp_path):
+    """The configuration key is the option's name; a value that is not a size is refused (exit 2): in one line
+    from the file, as click's usage error on the command line."""
+    config = tmp_path / "gradaudit.toml"
+    config.write_text('memory-limit = "lots"\n')
+    mlp = os.path.join(samples, "mlp")
+    result = CliRunner().invoke(main, [mlp, "--static-only", "--config", str(config)])
+    assert result.exit_code == 2 and "memory-limit" in result.stderr and "expected a size" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = CliRunner().invoke(main, [mlp, "--static-only", "--memory-limit", "lots"])
+    assert result.exit_code == 2 and "'--memory-limit': 'lots': expected a size" in result.stderr
+    config.write_text('memory-limit = "2G"\n')
+    assert CliRunner().invoke(main, [mlp, "--static-only", "--config", str(config)]).exit_code == 0
