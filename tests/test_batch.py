@@ -10,6 +10,7 @@ import pytest
 
 from gradaudit.api import AuditOptions
 from gradaudit.batch import audit_models
+from gradaudit.errors import GradauditError
 
 # A Python target is imported by the process that audits it. This one waits (at most two minutes) until the
 # other has been taken by a worker, so that which process audits which is decided, not raced.
@@ -33,6 +34,16 @@ import multiprocessing, os
 if multiprocessing.parent_process() is not None:
     open({flag!r}, "w").close()
     os._exit(3)
+f = None
+"""
+
+# Fails to import in whichever worker imports it.
+_RAISES = """
+import multiprocessing
+
+if multiprocessing.parent_process() is not None:
+    open({flag!r}, "w").close()
+    raise ValueError("worker-only failure")
 f = None
 """
 
@@ -61,4 +72,16 @@ def test_more_jobs_than_models_gives_each_model_once_in_order(samples):
     assert [a.reports[0].verdict() for a in audits] == [
         r.verdict() for a in audit_models(paths, AuditOptions(static_only=True), jobs=1) for r in a.reports]
     assert [a.reports[0].target.path for a in audits] == paths
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.slow
+def test_with_debug_a_workers_exception_is_raised_here_with_its_traceback(tmp_path):
+    flag = str(tmp_path / "taken")
+    waits, raises = tmp_path / "waits.py", tmp_path / "raises.py"
+    waits.write_text(_WAITS.format(flag=flag))
+    raises.write_text(_RAISES.format(flag=flag))
+    with pytest.raises(GradauditError, match="worker-only failure") as raised:
+        audit_models([f"{waits}:f", f"{raises}:f"], AuditOptions(static_only=True), jobs=2, debug=True)
+    assert "Traceback" in str(raised.value.__cause__) and "raise GradauditError" in str(raised.value.__cause__)
     assert multiprocessing.active_children() == []
