@@ -276,6 +276,6 @@ def api_config(path: str | os.PathLike, names: Collection[str]) -> dict[str, Any
     by_key = {option_key(p): p for p in command.params}
     for key in config.values:
         if by_key[key].name not in names:
-            raise ConfigError(f"{config.where}: key {key!r} is not read by the Python API (pass it as an "
-                              "argument of audit())")
+            raise ConfigError(f"{config.where}: key {key!r} is not read by the Python API: it is an option of "
+                              "the command line only")
     return {p.name: p.process_value(ctx, defaults[p.name]) for p in command.params if p.name in defaults}
