@@ -179,3 +179,23 @@ def test_one_node_budget_and_a_deadline_for_every_graph(tmp_path):
         analyse(model, sig, GradientOracle(), Budget(max_nodes=budget.used - 1))
     with pytest.raises(StaticPassTooSlow, match="time budget of 0 s"):
         analyse(model, sig, GradientOracle(), Budget(seconds=0))
+
+
+class DatasetInside(tf.Module):
+    """Functions named only by an attr (a dataset's map and reduce functions) are walked, never joined to the
+    caller's values; they can be built after the function that names them."""
+
+    @tf.function(input_signature=[tf.TensorSpec([3], tf.float32, name="x")])
+    def __call__(self, x):
+        ds = tf.data.Dataset.from_tensor_slices(x).map(lambda v: tf.round(v) * 2.0)
+        return {"y": ds.reduce(0.0, lambda a, b: a + b) + tf.sin(x), "z": tf.round(x)}
+
+
+def test_functions_named_by_attrs_are_walked(tmp_path):
+    path = save_module(DatasetInside(), str(tmp_path / "dataset"))
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    truth = tape_truth(path, ["serving_default"])["serving_default"]
+    assert contradictions(report, truth) == []
+    flow = {(e.source, e.output): e for e in report.flow}
+    assert flow["x", "y"].status == "connected"
+    assert flow["x", "z"].status == "blocked" and [c.op.op_type for c in flow["x", "z"].blocked_by] == ["Round"]

@@ -385,8 +385,14 @@ class DataflowBuilder:
         return tensors[flat]
 
     def _site(self, callee: FunctionKey, args: list[int], wired: bool = True) -> Site:
-        """A site running `callee` with argument nodes `args`: result nodes joined to them by its summary."""
+        """A site running `callee` with argument nodes `args`: result nodes joined to them by its summary (none
+        for a function only named by an attr: it may be built after this body)."""
         g = self.g
+        if not wired:
+            self.budget.charge(len(args))
+            site = Site(callee, args, [], wired)
+            self.sites.append(site)
+            return site
         rets = [g.new_node(d) for d in self.ret_dtypes[callee]]
         summary = self.summary_of(callee)
         self.budget.charge(len(args) + len(rets))

@@ -253,8 +253,7 @@ def _summary(body: Body) -> Summary:
 
 def _site_context(site: Site, masks, arg_seed: int) -> Context:
     if not site.wired:
-        return ((arg_seed,) * len(site.args), (0,) * len(site.args), (0,) * len(site.rets),
-                (0,) * len(site.rets), (0,) * len(site.rets))
+        return (arg_seed,) * len(site.args), (0,) * len(site.args), (), (), ()
     return (tuple(masks.reach_value[a] for a in site.args), tuple(masks.reach_grad[a] for a in site.args),
             tuple(masks.to_output_value[r] for r in site.rets), tuple(masks.to_output_grad[r] for r in site.rets),
             tuple(masks.converted_to_output[r] for r in site.rets))
@@ -266,10 +265,10 @@ def _callee_seeds(body: Body, ctx: Context) -> Seeds:
     for k, a in enumerate(body.args):
         seeds.value[a] = seeds.value.get(a, 0) | value[k]
         seeds.grad[a] = seeds.grad.get(a, 0) | grad[k]
-    for m, r in enumerate(body.rets):
-        seeds.out_value[r] = seeds.out_value.get(r, 0) | out_value[m]
-        seeds.out_grad[r] = seeds.out_grad.get(r, 0) | out_grad[m]
-        seeds.converted[r] = seeds.converted.get(r, 0) | converted[m]
+    for r, to_value, to_grad, to_converted in zip(body.rets, out_value, out_grad, converted):  # none: unwired
+        seeds.out_value[r] = seeds.out_value.get(r, 0) | to_value
+        seeds.out_grad[r] = seeds.out_grad.get(r, 0) | to_grad
+        seeds.converted[r] = seeds.converted.get(r, 0) | to_converted
     return seeds
 
 
