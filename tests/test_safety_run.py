@@ -77,5 +77,6 @@ def test_full_run_never_writes_into_the_model(samples, tmp_path, name):
 
 def test_timeout_not_reached_gives_the_child_results(samples):
     report = audit_saved_model(os.path.join(samples, "wrong_custom_gradient_2x"), AuditOptions(timeout=300.0))
-    assert [n.status for n in report.numeric if n.source == "x"] == ["fail"]
+    # the check at the synthesised point (the probe points' checks follow it, some inconclusive at 2x)
+    assert [n.status for n in report.numeric if n.source == "x" and n.scale is None] == ["fail"]
     assert "gradient-mismatch" in {f.rule for f in report.findings}
