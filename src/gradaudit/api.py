@@ -9,6 +9,7 @@ from typing import Any
 from .errors import GradauditError, InternalError
 from .model import Finding, Isolation, Report, Target
 from .progress import say
+from .targets import AuditTarget
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "double"})
 
@@ -91,7 +92,7 @@ def _rules_check(analysis, report: _Draft) -> list:
     return findings
 
 
-def _static_report(model, sig, target: Target) -> tuple[_Draft, object]:
+def _static_report(model: AuditTarget, sig, target: Target) -> tuple[_Draft, object]:
     """The static pass on any target: flow, then every static rule family."""
     from .flow import analyse
     from .graph.dataflow import GraphTooLarge

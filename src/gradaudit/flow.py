@@ -11,7 +11,8 @@ from .graph.gradients import GradientOracle, GradKind
 from .graph.reach import GRADIENT_EDGES, ReachMasks, Seeds
 from .graph.summaries import Body, Program
 from .model import Cut, FlowEntry, OpRef, Output, Source
-from .targets.saved_model import SavedModelFile, SignatureGraph, VariableInfo
+from .targets import AuditTarget
+from .targets.saved_model import SignatureGraph, VariableInfo
 
 PYFUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 STOP_OPS = {"StopGradient", "PreventGradient"}
@@ -53,7 +54,7 @@ class StaticAnalysis:
     cuts: dict[OpRef, OpCut]
     uncaptured_trainable: list[VariableInfo]
     gradient_functions: dict[str, str]  # gradient_op_type -> saved gradient function
-    model: SavedModelFile
+    model: AuditTarget
     signature: SignatureGraph
     uncertain: dict[OpRef, Uncertain] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -161,7 +162,7 @@ class _Root:
     variables: dict[int, VariableInfo]
 
 
-def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle,
+def analyse(model: AuditTarget, sig: SignatureGraph, oracle: GradientOracle,
             budget: Budget | None = None) -> StaticAnalysis:
     """The static pass on one signature: its functions composed from their summaries, each (source, output)
     pair's status, and the ops that cut or may cut each pair. `budget` bounds the nodes and time it spends."""
@@ -191,7 +192,7 @@ def analyse(model: SavedModelFile, sig: SignatureGraph, oracle: GradientOracle,
                           {spec.name: to[root.tensor(spec.tensor)] for spec in sig.inputs})
 
 
-def _root(program: Program, model: SavedModelFile, sig: SignatureGraph) -> _Root:
+def _root(program: Program, model: AuditTarget, sig: SignatureGraph) -> _Root:
     """The body the signature starts from: its own GraphDef nodes, or its root function."""
     if sig.nodes is not None:
         body, outs = program.root_graph(sig.nodes, sig.where)
@@ -333,7 +334,7 @@ def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tup
     return flow
 
 
-def _uncaptured_trainable(model: SavedModelFile, sig: SignatureGraph) -> list[VariableInfo]:
+def _uncaptured_trainable(model: AuditTarget, sig: SignatureGraph) -> list[VariableInfo]:
     """Trainable variables of the model that this signature does not capture, nor any other entry point."""
     captured = {v.name for v in sig.variables.values()}
     uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]

@@ -1,1 +1,36 @@
-"""Targets: what gradaudit can audit, each read into the same graph description."""
+"""Targets: what gradaudit can audit, each read into the same graph description.
+
+`AuditTarget` is what the static pass, the safety gate and the rules read from a model, whatever its kind:
+a SavedModel folder (`saved_model.SavedModelFile`) or a traced Python function or Keras model
+(`python.TracedModel`). A new kind of target implements it and nothing else changes; the runtime stages
+then run the model through a SavedModel (a traced target is saved to a temporary folder for the probes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..graph.library import Library
+    from .saved_model import SignatureGraph, VariableInfo
+
+
+class AuditTarget(Protocol):
+    path: str  # what the report names: the folder, or the Python object's label
+    graph_def: Any  # the GraphDef holding the functions (tensorflow.core.framework.graph_pb2.GraphDef)
+    library: Library  # its function library, saved gradient functions included
+
+    def signature(self, key: str) -> SignatureGraph:
+        """The graph behind one entry point (a signature key or a saved function's name)."""
+        ...
+
+    def all_variables(self) -> list[VariableInfo]:
+        """Every variable the model holds, trainable or not, captured by the entry point or not."""
+        ...
+
+    def initializer_roots(self) -> list:
+        """Functions TensorFlow runs at load: (function name, inputs, what it is), for the safety gate."""
+        ...
+
+    def has_assets(self) -> bool:
+        ...

@@ -251,7 +251,7 @@ class TracedModel:
     def has_assets(self) -> bool:
         return False
 
-    def signature(self) -> SignatureGraph:
+    def signature(self, key: str | None = None) -> SignatureGraph:  # one function: no key
         fn = self.traced.fn
         captured = {id(t): i for i, t in enumerate(fn.graph.internal_captures)}
         handles = list(fn.captured_inputs)
