@@ -156,7 +156,10 @@ class _Parallel:
                 self._finished.put((i, self._audit(i)))
                 self._collect(block=False)
             while len(self._results) < len(self.paths):
+                dispatching = dispatcher.is_alive()
                 self._collect(block=True)
+                if not dispatching and len(self._results) < len(self.paths):  # everything it gave is back
+                    raise RuntimeError("the --jobs dispatcher stopped before every model came back")
         finally:
             for process in started.values():
                 process.terminate()  # idle, or still importing TensorFlow: nothing of theirs is lost
