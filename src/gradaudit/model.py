@@ -233,11 +233,12 @@ class Isolation:
     memory_limit_bytes: int | None
     time_budget_s: float | None
     missing: tuple[str, ...] = ()  # what was not in force and why, one phrase each
+    file_size_limit_bytes: int | None = None  # the largest file the process may write (RLIMIT_FSIZE)
 
     def to_dict(self) -> dict[str, Any]:
         return {"filesystem": self.filesystem, "network": self.network,
                 "memory_limit_bytes": self.memory_limit_bytes, "time_budget_s": self.time_budget_s,
-                "missing": list(self.missing)}
+                "missing": list(self.missing), "file_size_limit_bytes": self.file_size_limit_bytes}
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from gradaudit.safety.sandbox import confine
 model, tmp, outside, port = sys.argv[1:5]
 sys.path.insert(0, os.getcwd())  # as `python -m gradaudit` run from the outside folder puts it
 isolation = confine((model,), tmp, 256 << 20)
-result = {"isolation": [isolation.filesystem, isolation.network, isolation.memory_limit_bytes]}
+result = {"isolation": [isolation.filesystem, isolation.network, isolation.memory_limit_bytes],
+          "file_size_limit": isolation.file_size_limit_bytes}
 
 def attempt(name, action):
     try:
@@ -42,7 +43,13 @@ def connect():
     with socket.create_connection(("127.0.0.1", int(port)), timeout=5):
         pass
 
+def write_past(path, offset):
+    with open(path, "wb") as f:
+        f.seek(offset)  # a sparse file: no disk is used
+        f.write(b"x")
+
 attempt("write_tmp", lambda: write(os.path.join(tmp, "ok.txt")))
+attempt("write_past_cap", lambda: write_past(os.path.join(tmp, "big"), isolation.file_size_limit_bytes))
 attempt("write_outside", lambda: write(os.path.join(outside, "canary.txt")))
 attempt("write_model", lambda: write(os.path.join(model, "canary.txt")))
 attempt("read_model", lambda: read(os.path.join(model, "saved_model.pb")))
@@ -110,6 +117,13 @@ def test_confined_process_reaches_no_network_and_no_memory_past_its_limit(probed
     assert filesystem == f"landlock-abi{_landlock_abi()}" and network.startswith("landlock")
     assert result["connect"] != "ok"  # refused by Landlock, or no route in an empty network namespace
     assert memory == 256 << 20 and result["allocate"] == "MemoryError"
+
+
+@pytest.mark.slow  # a confined child process
+def test_confined_process_writes_no_file_past_twice_the_model(probed):
+    result, *_ = probed
+    assert result["file_size_limit"] == 2 * len(b"model") + (1 << 30)
+    assert result["write_past_cap"] == "OSError"  # EFBIG, not a signal that kills the process
 
 
 @pytest.mark.parametrize("text, expected", [("4G", 4 << 30), ("512MiB", 512 << 20), ("1.5g", 3 << 29),

@@ -77,7 +77,7 @@ def _isolation(d: dict[str, Any] | None) -> Isolation | None:
     if d is None:
         return None
     return Isolation(d["filesystem"], d["network"], d["memory_limit_bytes"], d["time_budget_s"],
-                     tuple(d.get("missing", ())))
+                     tuple(d.get("missing", ())), d.get("file_size_limit_bytes"))
 
 
 def report_from_dict(d: dict[str, Any]) -> Report:

@@ -96,6 +96,25 @@ def _memory_cap(limit: int | None) -> str | None:
     return None
 
 
+def _file_size_cap(readable: tuple[str, ...]) -> tuple[int | None, str | None]:
+    """RLIMIT_FSIZE: the largest file the process needs to write is its float64 copy of the model (twice the
+    model's bytes at most); a model allowed to write files (--allow-unsafe-ops) cannot fill the disk with
+    one. Python ignores SIGXFSZ, so a write past the cap fails (EFBIG) instead of killing the process."""
+    import resource
+
+    total = 0
+    for root in readable:
+        for folder, _, files in os.walk(root) if os.path.isdir(root) else [("", [], [root])]:
+            total += sum(os.lstat(os.path.join(folder, f)).st_size for f in files
+                         if os.path.isfile(os.path.join(folder, f)))
+    cap = 2 * total + (1 << 30)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+    except (ValueError, OSError) as exc:
+        return None, f"no file size cap ({exc})"
+    return cap, None
+
+
 def confine(readable: tuple[str, ...], tmp: str, memory_limit: int | None) -> Isolation:
     """Confine the calling process for good: read `readable` (the model, --inputs) and the environment,
     write only `tmp`. The time budget is the parent's to enforce (and to fill in)."""
@@ -105,6 +124,9 @@ def confine(readable: tuple[str, ...], tmp: str, memory_limit: int | None) -> Is
     why_memory = _memory_cap(memory_limit)
     if why_memory:
         missing.append(why_memory)
+    file_size, why_file_size = _file_size_cap(readable)
+    if why_file_size:
+        missing.append(why_file_size)
     why_netns = _unshare_network()
     if why_netns:
         missing.append(why_netns)
@@ -114,7 +136,7 @@ def confine(readable: tuple[str, ...], tmp: str, memory_limit: int | None) -> Is
         missing.append(why_landlock)
     network = "+".join(part for part, on in (("landlock", abi >= 4), ("netns", not why_netns)) if on) or None
     return Isolation(f"landlock-abi{abi}" if abi else None, network, None if why_memory else memory_limit, None,
-                     tuple(missing))
+                     tuple(missing), file_size)
 
 
 def default_memory_limit() -> int | None:
