@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from . import options
 from .options import AuditRun, collected, report_targets
 from .report.changes import DIFF_REPORTERS
+
+if TYPE_CHECKING:
+    from .api import AuditOptions
+    from .suppress import Policy
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -153,7 +158,7 @@ def audit_command(run: AuditRun) -> None:
     sys.exit(EXIT_FINDINGS if not run.exit_zero and any(r.gate_fails(run.fail_on) for r in reports) else EXIT_OK)
 
 
-def _audit_options(run: AuditRun):
+def _audit_options(run: AuditRun) -> AuditOptions:
     """The one place the command's values become the Python API's AuditOptions."""
     from .api import AuditOptions
 
@@ -164,7 +169,7 @@ def _audit_options(run: AuditRun):
                         memory_limit=run.memory_limit, load_ops=run.load_ops)
 
 
-def _policy(run: AuditRun):
+def _policy(run: AuditRun) -> Policy:
     """Which findings count: --select, --ignore, --ignore-ops (checked when parsed) and the --baseline."""
     from . import baseline
     from .suppress import IgnoreOp, Policy, parse_rules
