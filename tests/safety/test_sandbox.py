@@ -15,7 +15,7 @@ from gradaudit.safety.sandbox import parse_memory_limit
 
 # Runs in a fresh interpreter: confine, then try each access; prints what succeeded.
 PROBE = r"""
-import json, os, socket, sys
+import json, os, socket, subprocess, sys
 from gradaudit.safety.sandbox import confine
 
 model, tmp, outside, port = sys.argv[1:5]
@@ -56,6 +56,7 @@ attempt("read_model", lambda: read(os.path.join(model, "saved_model.pb")))
 attempt("read_secret", lambda: read(os.path.join(outside, "secret.txt")))
 attempt("list_outside", lambda: os.listdir(outside))
 attempt("connect", connect)
+attempt("execute", lambda: subprocess.run(["/bin/true"], check=True))
 try:
     bytearray(512 << 20)
     result["allocate"] = "ok"
@@ -116,6 +117,7 @@ def test_confined_process_reaches_no_network_and_no_memory_past_its_limit(probed
     filesystem, network, memory = result["isolation"]
     assert filesystem == f"landlock-abi{_landlock_abi()}" and network.startswith("landlock")
     assert result["connect"] != "ok"  # refused by Landlock, or no route in an empty network namespace
+    assert result["execute"] == "PermissionError"  # no program may be executed
     assert memory == 256 << 20 and result["allocate"] == "MemoryError"
 
 
