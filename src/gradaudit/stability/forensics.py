@@ -267,7 +267,9 @@ class Forensics:
         return None
 
     def _contribution(self, op, t, grads, run):
-        """What op's own backward gives input t (t has other consumers too)."""
+        """What op's own backward gives input t (t has other consumers too). The paths from t to op through
+        op's other inputs are stopped: in `where(x > 20, x, log(1 + exp(x)))` the NaN that reaches x is Exp's
+        (0 * inf), not SelectV2's, whose own backward gives x a finite gradient."""
         import tensorflow as tf
 
         outs = [o for o in op.outputs if o.name in grads]
@@ -275,9 +277,10 @@ class Forensics:
             return None
         key = (op.name, t.name)
         if key not in self._parts:
+            others = [i for i in op.inputs if i is not t and _is_float(i)]
             with self._graph.as_default():
                 ys = [tf.compat.v1.placeholder(o.dtype, shape=o.shape) for o in outs]
-                self._parts[key] = (ys, tf.gradients(outs, [t], grad_ys=ys)[0])
+                self._parts[key] = (ys, tf.gradients(outs, [t], grad_ys=ys, stop_gradients=others)[0])
             self._stale()
         ys, part = self._parts[key]
         if part is None:
