@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import Finding, NumericResult
+from ..model import Finding, NumericResult, OpRef
 from ..rules import hazards as rules
 from .probes import dense
 
@@ -112,6 +112,8 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
     dtypes = {n: np.dtype(np.float64) if use64 else prober.dtypes[n] for n in names_all}
     outcome = SecondOrderOutcome()
     unavailable: dict[str, tuple[list[str], set[str]]] = {}  # TensorFlow's reason -> (sources, outputs)
+    # the op to blame -> the failed checks it explains (names, outputs, estimate): one finding per op
+    wrong: dict[object, list[tuple[list[str], tuple[str, ...], sweep.Estimate]]] = {}
 
     groups = [(n, [n]) for n in plan.input_sources if plan.connected(n)]
     variables = [n for n in prober.var_names if plan.connected(n)]
@@ -163,14 +165,8 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
         verdict = sweep.classify(est, FLOOR_ULPS * eps, RESOLUTION)
         if verdict == "fail":
             status, reason = "fail", f"{LABEL}: H·v {est.autodiff:.4e}, central differences {est.numeric:.4e}"
-            why = (" TensorFlow's second derivative is exactly zero: the gradient function does not depend on "
-                   "the input (tf.stop_gradient or numpy inside a custom gradient)." if est.autodiff == 0 else "")
-            op, where = _suspects(prober)
-            outcome.findings.append(rules.SecondOrderMismatch.finding(
-                f"The second derivative of {shown} with respect to {', '.join(names)} is wrong: along random "
-                f"directions w·H·v is {est.autodiff:.4e} by differentiating the gradient again, but "
-                f"{est.numeric:.4e} ± {est.bound:.1e} by central differences of the gradient (step {est.step:.1e}, "
-                f"{dtype}).{why}{where}", op=op, sources=names, outputs=outs))
+            op, _where = _suspects(prober)
+            wrong.setdefault(op if op is not None else len(wrong), []).append((names, outs, est))
         elif verdict == "pass":
             status, reason = "pass", f"{LABEL}: Hessian-vector product agrees with central differences"
         else:  # unresolved, or a gradient flat along the line (ReLU networks): no verdict
@@ -178,12 +174,38 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
                                               f"(error bound {est.rel_bound:.1e} relative)")
         outcome.results.append(NumericResult(label, shown, status, rel if np.isfinite(rel) else None, est.step,
                                              dtype, est.evaluations + 1, reason, precision_reason=why, order=2))
+    for key, failed in wrong.items():
+        outcome.findings.append(_mismatch(failed, key if isinstance(key, OpRef) else None, _suspects(prober)[1],
+                                          dtype, plan.float_outputs))
     for reason, (names, out_names) in unavailable.items():
         outputs = tuple(sorted(out_names))
         outcome.findings.append(rules.SecondOrderUnavailable.finding(
             f"TensorFlow cannot differentiate the gradient of {output_label(outputs, plan.float_outputs)} "
             f"with respect to {', '.join(names)} a second time: {reason}", sources=names, outputs=outputs))
     return outcome
+
+
+def _mismatch(failed: list, op: OpRef | None, where: str, dtype: str, float_outputs: list[str]) -> Finding:
+    """One second-order-mismatch for the checks one op at fault explains, with each source group's numbers."""
+    from ..numeric.checks import output_label
+
+    names = [n for group, _, _ in failed for n in group]
+    outs = tuple(sorted({o for _, group_outs, _ in failed for o in group_outs}))
+    zero = all(est.autodiff == 0 for _, _, est in failed)
+    why = (" TensorFlow's second derivative is exactly zero: the gradient function does not depend on the input "
+           "(tf.stop_gradient or numpy inside a custom gradient)." if zero else "")
+    step = failed[0][2].step
+    if len(failed) == 1:
+        est = failed[0][2]
+        seen = (f"w·H·v is {est.autodiff:.4e} by differentiating the gradient again, but {est.numeric:.4e} ± "
+                f"{est.bound:.1e} by central differences of the gradient (step {step:.1e}, {dtype})")
+    else:
+        seen = ("w·H·v by differentiating the gradient again vs by central differences of the gradient ("
+                + "; ".join(f"{', '.join(group)}: {est.autodiff:.4e} vs {est.numeric:.4e} ± {est.bound:.1e}"
+                            for group, _, est in failed) + f"; step {step:.1e}, {dtype})")
+    return rules.SecondOrderMismatch.finding(
+        f"The second derivative of {output_label(outs, float_outputs)} with respect to {', '.join(names)} is "
+        f"wrong: along random directions {seen}.{why}{where}", op=op, sources=tuple(names), outputs=outs)
 
 
 # Ops inside a gradient function whose own derivative is not the derivative of what they compute.
