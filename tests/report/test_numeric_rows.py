@@ -76,3 +76,23 @@ def test_json_keeps_every_check(probed):
     data = json.loads(json_report.render(probed))
     assert len(data["numeric"]) == len(probed.numeric) == 9
     assert sum(n["status"] == "inconclusive" and n["scale"] is not None for n in data["numeric"]) == 7
+
+
+def test_a_real_audit_folds_what_float32_cannot_decide():
+    """jax_mlp's compiled module is fixed to float32: at the probe points its float32 checks cannot decide
+    (no float64 copy runs); the text report shows one line per source for them, the JSON every check."""
+    import os
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "sample_models", "thirdparty", "jax_mlp")
+    r = audit_saved_model(path, AuditOptions())
+    undecided = [n for n in r.numeric if n.scale is not None and n.status == "inconclusive"]
+    assert len(undecided) > 1 and {n.dtype for n in undecided} == {"float32"}
+    rows = [row for row in numeric_rows(r.numeric) if row.result.scale is not None and row.folded]
+    assert len(rows) == len({n.source for n in undecided})
+    assert sum(row.count for row in rows) == len(undecided)
+    text = terminal.render_plain(r)
+    assert all(f"{row.count} probe-point checks," in text for row in rows)
+    data = json.loads(json_report.render(r))
+    assert len(data["numeric"]) == len(r.numeric)
