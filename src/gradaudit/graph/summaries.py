@@ -308,12 +308,11 @@ def _assemble(instances: list[Instance], budget: Budget) -> tuple[Dataflow, Reac
             local = getattr(inst.masks, spec.name)
             for x in own:
                 family[to[x]] = local[x]
-        for a in range(len(body.dtype)):
-            ga = to[a]
-            for b, f in zip(body.succ[a], body.flags[a]):
-                if not f & SUMMARY:
-                    g.succ[ga].append(to[b])
-                    g.flags[ga].append(f)
+        for a, (succ, flags) in enumerate(zip(body.succ, body.flags)):
+            if succ:
+                kept = [(to[b], f) for b, f in zip(succ, flags) if not f & SUMMARY]
+                g.succ[to[a]].extend(b for b, _ in kept)
+                g.flags[to[a]].extend(f for _, f in kept)
         for b, sources in body.aliased_from.items():
             g.aliased_from.setdefault(to[b], []).extend(to[a] for a in sources)
         for op_id, node in body.ops.items():
