@@ -90,6 +90,19 @@ def _resident(pid: int) -> int | None:
         return None
 
 
+def _confined(parent, isolation: Isolation | None) -> Isolation | None:
+    """The isolation the child reported, read from what is still in the pipe when the parent stops it (the
+    message may have arrived after the parent's last look)."""
+    try:
+        while isolation is None and parent.poll(0):
+            message = parent.recv()
+            if message[0] == "confined":
+                isolation = message[1]
+    except (EOFError, OSError):
+        pass
+    return isolation
+
+
 def _died(exitcode: int | None, memory_limit: int | None) -> ChildFailed:
     how = f"exit code {exitcode}"
     if exitcode is not None and exitcode < 0:
@@ -132,12 +145,13 @@ def run_isolated(fn: Callable, args: tuple, timeout: float | None, readable: tup
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not parent.poll(_POLL_S if left is None else min(left, _POLL_S)):
                 if left is not None and left <= _POLL_S:
-                    raise Stopped(Timeout(f"did not finish within {timeout:g} s"), in_force(isolation))
+                    raise Stopped(Timeout(f"did not finish within {timeout:g} s"),
+                                  in_force(_confined(parent, isolation)))
                 used = _resident(proc.pid) if memory_limit and proc.pid else None
                 if used is not None and memory_limit and used > memory_limit:
                     raise Stopped(ChildFailed(f"the process running the model used more than its memory limit "
                                               f"of {_gib(memory_limit)} (--memory-limit) and was stopped"),
-                                  in_force(isolation))
+                                  in_force(_confined(parent, isolation)))
                 continue
             try:
                 message = parent.recv()
