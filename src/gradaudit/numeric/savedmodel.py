@@ -87,12 +87,15 @@ def read_saved_model(path: str, tags: tuple[str, ...], signature: str, proto: An
     proto = proto if proto is not None else SavedModelFile.parse(path)
     meta_graph = SavedModelFile.choose_meta_graph(proto, tags) if tags else proto.meta_graphs[0]
     function, bound_ids = _signature_function(meta_graph, signature)
+    from ..targets.saved_model import variable_display_names
+
     nodes = meta_graph.object_graph_def.nodes
+    names = variable_display_names(meta_graph.object_graph_def, bound_ids)
     bound: list[BoundVariable | None] = []
     for position, node_id in enumerate(bound_ids):
         node = nodes[node_id]
         if node.WhichOneof("kind") == "variable":
-            bound.append(BoundVariable(position, node_id, node.variable.name, node.variable.trainable))
+            bound.append(BoundVariable(position, node_id, names[node_id], node.variable.trainable))
         else:
             bound.append(None)
     op_types, custom = _scan(meta_graph, function)

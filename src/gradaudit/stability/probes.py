@@ -425,12 +425,26 @@ class Prober:
                             given=self.given, strict=True)
         checker = Checker(runner, settings, np.random.default_rng([self.seed, 5, int(scale * 1e3), sign + 1]))
         checker.base_outputs = out
-        point = Point(g_in, g_var, out)
+        points: dict[tuple[str, ...], tuple[dict[str, np.ndarray], Point]] = {}
+
+        def at_outputs(outs: tuple[str, ...]) -> tuple[dict[str, np.ndarray], Point]:
+            """The cotangent on `outs` only (zero on the others) and its gradient at this point: a check
+            labelled with some outputs differentiates and differences those alone, never an output the
+            source reaches only through a stop_gradient."""
+            if outs not in points:
+                if set(outs) == set(self.u):
+                    points[outs] = (self.u, Point(g_in, g_var, out))
+                else:
+                    u = {o: self.u[o] if o in outs else np.zeros_like(self.u[o]) for o in self.u}
+                    _, gi, gv = runner.gradient(u)
+                    points[outs] = (u, Point(gi, gv, out))
+            return points[outs]
+
         checked: list[tuple[Any, NumericResult]] = []
 
         def check(group) -> None:
             before = len(checker.results)
-            checker.check_group(group, self.u, point)
+            checker.check_group(group, *at_outputs(tuple(group.outputs)))
             checked.extend((group, r) for r in checker.results[before:])
 
         for group in groups if groups is not None else [Group(n, outs, inputs=[n])

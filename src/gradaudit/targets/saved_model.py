@@ -31,6 +31,31 @@ class VariableInfo:
     shape: tuple[int | None, ...] | None
 
 
+def variable_display_names(object_graph, node_ids) -> dict[int, str]:
+    """A name for each variable node of `node_ids` (the variables one entry point captures): its SavedVariable
+    name (dense/kernel), or, where several of them share that name (every tf.Variable created without one
+    is 'Variable'), that name with the variable's path in the object graph ('Variable (w1)'), so that each
+    source of a report is one variable."""
+    nodes = object_graph.nodes
+    variables = {i: nodes[i].variable.name for i in node_ids
+                 if 0 <= i < len(nodes) and nodes[i].WhichOneof("kind") == "variable"}
+    counts: dict[str, int] = {}
+    for name in variables.values():
+        counts[name] = counts.get(name, 0) + 1
+    if all(c == 1 for c in counts.values()):
+        return variables
+    paths: dict[int, str] = {0: ""}
+    queue = [0]
+    while queue:  # breadth first: the shortest attribute path to each node
+        i = queue.pop(0)
+        for child in nodes[i].children if i < len(nodes) else ():
+            if child.node_id not in paths:
+                paths[child.node_id] = f"{paths[i]}.{child.local_name}" if paths[i] else child.local_name
+                queue.append(child.node_id)
+    return {i: name if counts[name] == 1 else f"{name} ({paths.get(i) or f'object {i}'})"
+            for i, name in variables.items()}
+
+
 @dataclass
 class SignatureGraph:
     """What the static pass needs of one signature (or one saved function)."""
@@ -222,13 +247,16 @@ class SavedModelFile:
                 if funcs else "it has no saved functions either")
         raise GradauditError(f"{self.path}: this model has no signatures; {hint}")
 
-    def _variable_of_object(self, node_id: int) -> VariableInfo | None:
-        if 0 <= node_id < len(self.object_graph.nodes):
-            node = self.object_graph.nodes[node_id]
-            if node.WhichOneof("kind") == "variable":
-                v = node.variable
-                return VariableInfo(v.name, v.trainable, v.dtype, _shape(v.shape))
-        return None
+    def _variables_of_objects(self, refs: list[tuple[str, int]]) -> dict[str, VariableInfo]:
+        """(tensor, object node id) of an entry point's captured inputs -> the variables among them, each
+        named once (variable_display_names)."""
+        names = variable_display_names(self.object_graph, [obj_id for _, obj_id in refs])
+        out = {}
+        for ref, obj_id in refs:
+            if obj_id in names:
+                v = self.object_graph.nodes[obj_id].variable
+                out[ref] = VariableInfo(names[obj_id], v.trainable, v.dtype, _shape(v.shape))
+        return out
 
     def _tf1_trainable(self) -> set[str]:
         """Trainable variable names from a TF1 meta graph's collection."""
@@ -283,15 +311,15 @@ class SavedModelFile:
     def _top_level_variables(self, nodes) -> dict[str, VariableInfo]:
         variables: dict[str, VariableInfo] = {}
         cfs = self.object_graph.concrete_functions
+        refs: list[tuple[str, int]] = []
         for node in nodes:  # captured variables of top-level calls, via the object graph
             fname = node.attr["f"].func.name if "f" in node.attr else node.op
             if fname in cfs and cfs[fname].bound_inputs:
                 bound = list(cfs[fname].bound_inputs)
                 data_inputs = [i for i in node.input if not i.startswith("^")]
-                for ref, obj_id in zip(data_inputs[len(data_inputs) - len(bound):], bound):
-                    info = self._variable_of_object(obj_id)
-                    if info is not None:
-                        variables[ref.split(":")[0]] = info
+                refs += [(ref.split(":")[0], obj_id)
+                         for ref, obj_id in zip(data_inputs[len(data_inputs) - len(bound):], bound)]
+        variables.update(self._variables_of_objects(refs))
         tf1_trainable = None
         by_name = {v.name: v for v in self.all_variables()}
         for node in nodes:  # variable nodes the object graph does not describe (TF1 models)
@@ -313,11 +341,7 @@ class SavedModelFile:
         cf = self.object_graph.concrete_functions.get(fname)
         bound = list(cf.bound_inputs) if cf is not None else []
         captured = args[len(args) - len(bound):] if bound else []
-        variables = {}
-        for arg, obj_id in zip(captured, bound):
-            info = self._variable_of_object(obj_id)
-            if info is not None:
-                variables[arg.name] = info
+        variables = self._variables_of_objects([(arg.name, obj_id) for arg, obj_id in zip(captured, bound)])
         inputs = [TensorSpec(a.name, a.name, a.type, None) for a in args[:len(args) - len(bound)]]
         names = _result_names(cf.output_signature) if cf is not None and cf.HasField("output_signature") else None
         if names is None or len(names) != len(fdef.signature.output_arg):
