@@ -16,6 +16,9 @@ from ..model import OpRef
 # Op type -> the input whose registered gradient assumes it is a distribution (non-negative rows summing
 # to 1): the kernel's backprop is softmax(logits) - labels, the derivative only when sum(labels) = 1.
 DISTRIBUTION_LABELS = {"SoftmaxCrossEntropyWithLogits": 1}
+# Op type -> the input that holds class indices into the last dimension of the logits at input 0: the kernel
+# refuses a label outside [0, classes).
+CLASS_LABELS = {"SparseSoftmaxCrossEntropyWithLogits": 1}
 # Op type -> the input that holds indices into the table at input 0.
 GATHERS = {"GatherV2": 1, "Gather": 1, "ResourceGather": 1, "GatherNd": 1, "ResourceGatherNd": 1}
 # Keys of a lookup table: the values it returns say nothing about the keys' range, which is the table's
@@ -33,8 +36,8 @@ COUNT_HIGH = 5  # integers whose use is unknown: [1, 5)
 
 @dataclass(frozen=True)
 class InputDomain:
-    kind: str  # "ids" | "count" | "index" | "distribution"
-    high: int | None = None  # ids in [1, high): the size of the table indexed
+    kind: str  # "ids" | "classes" | "count" | "index" | "distribution"
+    high: int | None = None  # ids in [1, high): the size of the table indexed; classes in [0, high)
     padded: bool = False  # a mask reads the input: a little padding (0) is part of its domain
     op: OpRef | None = None  # the op that tells the domain (the gather, the loss)
 
@@ -44,6 +47,9 @@ class InputDomain:
                     + (f", the rows of the table {self.op.op_type} '{self.op.op_name}' reads" if self.op else ""))
         if self.kind == "distribution":
             return "rows of class probabilities (non-negative, summing to 1)"
+        if self.kind == "classes":
+            return f"class labels in [0, {self.high})" + (f", the classes of {self.op.op_type} '{self.op.op_name}'"
+                                                          if self.op else "")
         if self.kind == "index":
             return "0 (a valid index into a table of unknown size, or a lookup-table key)"
         return f"small positive integers in [1, {COUNT_HIGH})" + (" with some padding (0)" if self.padded else "")
@@ -126,6 +132,7 @@ def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
     high: int | None = None
     table: OpRef | None = None
     unknown_table = padded = False
+    classes: tuple[int, OpRef] | None = None
     while stack and len(seen) < 512:
         x = stack.pop()
         if x in seen:
@@ -138,6 +145,11 @@ def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
             if op in LOOKUPS:
                 unknown_table = True
                 continue
+            if CLASS_LABELS.get(op) == i:
+                n = _last_dim(g, node.inputs[0][0])
+                if n and (classes is None or n < classes[0]):
+                    classes = (n, node.ref)
+                continue
             if GATHERS.get(op) == i:
                 rows = _table_rows(g, node.inputs[0][0], variable_shapes)
                 if rows is None:
@@ -148,11 +160,22 @@ def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
                 padded = True
             elif op not in MASKS and any(g.dtype[o] in _INTEGER for o in node.outputs):
                 stack.extend(o for o in node.outputs if g.dtype[o] in _INTEGER)
+    if classes is not None and high is None:
+        return InputDomain("classes", high=classes[0], op=classes[1])
     if unknown_table and high is None:
         return InputDomain("index")
     if high is not None and high > 1:
         return InputDomain("ids", high=high, padded=padded, op=table)
     return InputDomain("count", padded=padded)
+
+
+def _last_dim(g, t: int) -> int | None:
+    """The last dimension of tensor `t` as saved with the graph (`_output_shapes`), None when unknown."""
+    shape = g.shape.get(t)
+    dims = list(getattr(shape, "dim", ()))
+    if not dims or getattr(shape, "unknown_rank", False) or dims[-1].size < 1:
+        return None
+    return int(dims[-1].size)
 
 
 def _table_rows(g, params: int, variable_shapes: dict) -> int | None:
