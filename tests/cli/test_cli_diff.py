@@ -110,6 +110,27 @@ def test_baseline_reports_the_changes_and_fails_on_a_lost_pair(reports):
                "--exit-zero").exit_code == 0
 
 
+def test_machine_reports_say_what_the_baseline_fails(reports):
+    """The run fails on the lost pairs alone (GA103 ignored): the JSON, JUnit and GitHub reports must say so,
+    or a dashboard reading them shows green beside a red job."""
+    root, old, _ = reports
+    result = run(root / "v2" / "scorer", "--static-only", "--baseline", old, "--ignore", "GA103",
+                 "--format", "json", "--output", root / "b.json", "--junit", root / "b.xml")
+    assert result.exit_code == 1
+    doc = json.loads((root / "b.json").read_text())
+    assert doc["verdict"] == "pass"  # the model's own findings
+    assert doc["since_baseline"]["verdict"] == "fail" and doc["since_baseline"]["lost_pairs"] == 2
+    import xml.etree.ElementTree as ET
+
+    junit = ET.parse(root / "b.xml").getroot()
+    lost = [c.get("name") for c in junit.iter("testcase") if c.find("failure") is not None]
+    assert sorted(lost) == ["dense/kernel -> score", "x -> score"] and junit.get("failures") == "2"
+    github = run(root / "v2" / "scorer", "--static-only", "--baseline", old, "--ignore", "GA103",
+                 "--format", "github")
+    assert github.exit_code == 1
+    assert github.stdout.count("::error title=gradaudit%3A gradient lost since the baseline::") == 2
+
+
 def test_not_a_report_is_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema_version": 7}')
