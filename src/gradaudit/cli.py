@@ -48,6 +48,24 @@ class DefaultGroup(click.Group):
             args = ["audit", "--help"]
         return super().parse_args(ctx, args)
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Bad usage (an unknown option, a value out of range) is one line and exit 2, as every other bad
+        input: click would print the usage and a hint around it."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            _error(f"{exc.format_message()} (gradaudit --help lists the options)")
+            sys.exit(EXIT_ERROR)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
 
 def _version() -> str:
     from .batch import import_tensorflow_quietly
