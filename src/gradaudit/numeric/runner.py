@@ -6,6 +6,7 @@ costs one trace of each, whatever the number of steps and checks.
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +103,20 @@ class PositionalFunction:
         return dict(zip(self.output_names, flat))
 
 
+class _NotRetracing(logging.Filter):
+    """TensorFlow warns when tf.functions retrace often; each Runner traces its own two functions once, by
+    design (one per model copy and point shape), so the warning says nothing to a user of gradaudit."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+def _quiet_retracing() -> None:
+    logger = logging.getLogger("tensorflow")
+    if not any(isinstance(f, _NotRetracing) for f in logger.filters):
+        logger.addFilter(_NotRetracing())
+
+
 class Runner:
     """Evaluates and differentiates u·f at a point (input values, variable values) and along lines."""
 
@@ -122,6 +137,7 @@ class Runner:
         self.float_outputs = float_outputs
         self._zero_in = {n: tf.zeros_like(self.inputs[n]) for n in input_sources}
         self._zero_var = [tf.zeros_like(b) for b in self.var_base]
+        _quiet_retracing()
         # No autograph: the bodies are plain Python loops over a fixed structure.
         self._gradient = tf.function(self._gradient_impl, autograph=False)
         self._evaluate = tf.function(self._evaluate_impl, autograph=False)
