@@ -60,6 +60,7 @@ class _Draft:
     paths: list = field(default_factory=list)
     incomplete: list = field(default_factory=list)
     isolation: Isolation | None = None
+    inputs_given: bool = False  # --inputs gave the checked point: no hint to give it
 
     def note(self, stage: str, lines) -> None:
         """Notes of one stage (static, numeric, stability), each once."""
@@ -172,7 +173,8 @@ def _not_checked(report: _Draft) -> None:
     undecided = _undecided_sources(report)
     if undecided:
         why = next((n.reason for n in report.numeric if n.source in undecided and n.reason), None)
-        hint = "" if why and ("--inputs" in why or "nondeterministic" in why) else "; pass real examples with --inputs"
+        hint = ("" if report.inputs_given or (why and ("--inputs" in why or "nondeterministic" in why))
+                else "; pass real examples with --inputs")
         lines.append(f"no numeric check could decide the gradient of {', '.join(undecided)}"
                      + (f" ({why})" if why else "") + hint)
     report.incomplete.extend(line for line in lines if line not in report.incomplete)
@@ -279,7 +281,7 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
                                  "is a saved function of a model without signatures (--static-only audits its "
                                  "graph alone)")
     elif _may_execute(report, options) and _variables_restorable(report, model, path):
-        report.seed = options.seed
+        report.seed, report.inputs_given = options.seed, bool(options.inputs_file)
         if options.timeout:
             _execute_isolated(report, path, options, key)
         else:
@@ -394,7 +396,7 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
     if not options.static_only:
         _check_inputs(sig, options)
     if _may_execute(report, options):
-        report.seed = options.seed
+        report.seed, report.inputs_given = options.seed, bool(options.inputs_file)
         _full_tracebacks()
         _guard("running the numeric checks", report, lambda: _run_numeric_traced(report, traced, options, analysis))
         _guard("running the stability probes", report, lambda: _probe_traced(report, traced, options))

@@ -293,7 +293,7 @@ class Checker:
                 source=group.source, output=output_label(group.outputs, r.float_outputs),
                 status="inconclusive", rel_error=None, step=None, dtype=self.s.dtype, evaluations=2,
                 reason="the outputs or the gradient are NaN or Inf at the checked point (numerical "
-                       "stability); pass valid inputs with --inputs"))
+                       "stability)" + ("" if self.s.given else "; pass valid inputs with --inputs")))
             return
         snapshot = r.snapshot()
         evaluations = 1  # the gradient at the base point
@@ -348,8 +348,9 @@ class Checker:
             status = "pass"
             if est.scale == 0.0:  # nothing was compared: say so rather than pass
                 status = "inconclusive"
-                reason = ("gradient and finite differences are both zero at the checked point (synthesised "
-                          "inputs may mask everything out; give real examples with --inputs)")
+                reason = ("gradient and finite differences are both zero at the checked point"
+                          + (" (the inputs given may mask everything out)" if self.s.given else
+                             " (synthesised inputs may mask everything out; give real examples with --inputs)"))
                 if self._missing(group, attempts[-1].point):
                     self.notes.append(
                         f"{group.source}: the static pass found a gradient path to {said}; TensorFlow "
