@@ -2,7 +2,9 @@
 before TensorFlow is imported: Landlock (Linux) lets it read only the model, the Python environment and the
 system's shared libraries, write only its own temporary folder and open no TCP connection; a network
 namespace, where the process may make one, takes the rest of the network away; RLIMIT_DATA backs up the
-memory limit the parent watches (isolate.py)."""
+memory limit the parent watches (isolate.py). A child forked from the server that preloaded TensorFlow
+(isolate.prestart) confines itself the same way, after that import and before it reads anything of the
+model."""
 
 from __future__ import annotations
 
@@ -81,6 +83,18 @@ def _landlock(read: list[str], write: list[str]) -> tuple[int, str | None]:
     return abi, None
 
 
+def _data_in_use() -> int:
+    """Bytes of the process's data segment now (Linux: VmData); 0 where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _memory_cap(limit: int | None) -> str | None:
     """RLIMIT_DATA, not RLIMIT_AS: TensorFlow maps close to 2 GB of address space (libraries, reserved arenas)
     before it allocates a tensor, while RLIMIT_DATA counts the private memory it may write. An allocation past
@@ -89,6 +103,9 @@ def _memory_cap(limit: int | None) -> str | None:
         return None
     import resource  # POSIX only
 
+    # A child forked from the server that imported TensorFlow (isolate.prestart) starts with that import's
+    # data: the cap is on what it adds, as for a child that imports TensorFlow after setting it.
+    limit += _data_in_use()
     try:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     except (ValueError, OSError) as exc:
