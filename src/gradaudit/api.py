@@ -102,7 +102,7 @@ def _static_report(model: AuditTarget, sig, target: Target) -> tuple[_Draft, obj
 
     say("static pass: gradient flow")
     try:
-        analysis = _with_deep_stack(lambda: analyse(model, sig, GradientOracle()))
+        analysis = analyse(model, sig, GradientOracle())  # iterative: no recursion on the graph's depth
     except GraphTooLarge as exc:
         raise GradauditError(f"{target.path}: the static pass cannot analyse {target.signature!r}: {exc}") from None
     except MALFORMED as exc:  # a protobuf that parses but does not describe a consistent graph
@@ -114,40 +114,6 @@ def _static_report(model: AuditTarget, sig, target: Target) -> tuple[_Draft, obj
     report.findings = _rules_check(analysis, report)
     report.paths = blocked_paths(analysis)
     return report, analysis
-
-
-# The static pass inlines nested function calls recursively; a model with ~1,000 nested calls needs a deeper
-# stack than Python's default. It runs in a thread with a large stack (virtual memory, used only as deep as
-# the model is) and a recursion limit to match; a function that calls itself is still found at once.
-_STACK_BYTES = 512 * 1024 * 1024
-_RECURSION_LIMIT = 200_000
-
-
-def _with_deep_stack(run):
-    import sys
-    import threading
-
-    result: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result["value"] = run()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            result["error"] = exc
-
-    old_stack, old_limit = threading.stack_size(), sys.getrecursionlimit()
-    try:
-        threading.stack_size(_STACK_BYTES)
-        sys.setrecursionlimit(max(old_limit, _RECURSION_LIMIT))
-        worker = threading.Thread(target=target, name="gradaudit-static-pass")
-        worker.start()
-        worker.join()
-    finally:
-        threading.stack_size(old_stack)
-        sys.setrecursionlimit(old_limit)
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
 
 
 def _guard(stage: str, report: _Draft, run) -> None:
