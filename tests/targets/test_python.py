@@ -15,7 +15,7 @@ from gradaudit import GradauditError, audit
 from gradaudit.report import json_report
 from gradaudit.testing import assert_differentiable
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where example_models.py is
 
 
 def flow(report, source, output):
