@@ -148,4 +148,9 @@ def write_float64_copy(info: SavedModelInfo, destination: str) -> None:
         fh.write(copy.SerializeToString())
     assets = os.path.join(info.path, "assets")
     if os.path.isdir(assets):
-        shutil.copytree(assets, os.path.join(destination, "assets"), dirs_exist_ok=True)
+        # The copy reads the model's own assets in place: no byte of them is copied, so an asset that is a
+        # link to a device (/dev/zero) cannot fill the temporary folder (a copy that followed links did).
+        try:
+            os.symlink(os.path.abspath(assets), os.path.join(destination, "assets"), target_is_directory=True)
+        except OSError:
+            shutil.copytree(assets, os.path.join(destination, "assets"), symlinks=True, dirs_exist_ok=True)
