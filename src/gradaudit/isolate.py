@@ -112,13 +112,16 @@ def _died(exitcode: int | None, memory_limit: int | None) -> ChildFailed:
     return ChildFailed(f"the process running the model died ({how})")
 
 
+_FORKSERVER = {"failed": False}  # it could not start here (a socket path too long, no AF_UNIX): spawn
+
+
 def prestart() -> None:
     """Start now the server that the children running models fork from, importing TensorFlow there once (a
     forkserver with TensorFlow preloaded): started before the caller imports TensorFlow itself, both imports
     run side by side, and each model's child then starts in a fraction of a second instead of importing
     TensorFlow again. Only the children read the model, each after confining itself; the server imports
     TensorFlow and forks, nothing else. Where the platform has no forkserver, children are spawned."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    if _FORKSERVER["failed"] or "forkserver" not in multiprocessing.get_all_start_methods():
         return
     from multiprocessing import forkserver, util
 
@@ -132,13 +135,17 @@ def prestart() -> None:
     finally:
         tempfile.tempdir = saved
     multiprocessing.set_forkserver_preload(["gradaudit._warm"])
-    forkserver.ensure_running()
+    try:
+        forkserver.ensure_running()
+    except OSError:  # e.g. a temporary folder so deep that the server's socket path is too long
+        _FORKSERVER["failed"] = True
 
 
 def _context():
     if "forkserver" in multiprocessing.get_all_start_methods():
         prestart()  # a no-op once the server runs
-        return multiprocessing.get_context("forkserver")
+        if not _FORKSERVER["failed"]:
+            return multiprocessing.get_context("forkserver")
     return multiprocessing.get_context("spawn")
 
 
