@@ -32,6 +32,19 @@ def workdir(tmp_path_factory, samples):
     return path
 
 
+def _audit_reports_or_exits_2(workdir, data: bytes) -> None:
+    """The model with `data` as its saved_model.pb gives a report or one line (GradauditError, exit 2 in the
+    CLI); an internal error or a crash fails the test."""
+    with open(workdir / "saved_model.pb", "wb") as f:
+        f.write(data)
+    try:
+        report = audit_saved_model(str(workdir), AuditOptions(static_only=True))
+    except GradauditError as exc:
+        assert str(exc) and "\n" not in str(exc)
+    else:
+        assert report.target.kind == "saved_model"
+
+
 def mutate(data: bytes, kind: str, a: int, b: int, flips: list[int]) -> bytes:
     n = len(data)
     if kind == "truncate":
@@ -55,14 +68,7 @@ def mutate(data: bytes, kind: str, a: int, b: int, flips: list[int]) -> bytes:
 @given(base=st.sampled_from(BASES), kind=st.sampled_from(["truncate", "flip", "splice", "drop"]),
        a=st.integers(0, 2**31), b=st.integers(0, 2**31), flips=st.lists(st.integers(0, 2**31), max_size=8))
 def test_mutated_model_reports_or_exits_2(originals, workdir, base, kind, a, b, flips):
-    with open(workdir / "saved_model.pb", "wb") as f:
-        f.write(mutate(originals[base], kind, a, b, flips))
-    try:
-        report = audit_saved_model(str(workdir), AuditOptions(static_only=True))
-    except GradauditError as exc:
-        assert str(exc) and "\n" not in str(exc)
-    else:
-        assert report.target.kind == "saved_model"
+    _audit_reports_or_exits_2(workdir, mutate(originals[base], kind, a, b, flips))
 
 
 # -- structured mutations: a well-formed protobuf that describes an inconsistent graph ------------------
@@ -123,11 +129,4 @@ def test_structurally_mutated_model_reports_or_exits_2(originals, workdir, base,
     """Changed op types, unknown ops, dangling inputs and output indices, attributes of the wrong kind or
     missing, missing functions, duplicate names, self-loops: a report or one line (exit 2), never
     gradaudit's internal error, a crash or a hang."""
-    with open(workdir / "saved_model.pb", "wb") as f:
-        f.write(mutate_structure(originals[base], kind, a, b))
-    try:
-        report = audit_saved_model(str(workdir), AuditOptions(static_only=True))
-    except GradauditError as exc:
-        assert str(exc) and "\n" not in str(exc)
-    else:
-        assert report.target.kind == "saved_model"
+    _audit_reports_or_exits_2(workdir, mutate_structure(originals[base], kind, a, b))
