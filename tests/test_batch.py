@@ -48,12 +48,19 @@ f = None
 """
 
 
+def _pair(tmp_path, second: str):
+    """Two Python targets sharing a flag file: the first waits until a worker has imported the second
+    (`_KILLS` or `_RAISES`), which sets the flag and then fails in that worker."""
+    flag = str(tmp_path / "taken")
+    first, other = tmp_path / "waits.py", tmp_path / "second.py"
+    first.write_text(_WAITS.format(flag=flag))
+    other.write_text(second.format(flag=flag))
+    return first, other
+
+
 @pytest.mark.slow
 def test_a_worker_that_dies_fails_its_model_and_the_others_are_audited(tmp_path):
-    flag = str(tmp_path / "taken")
-    waits, kills = tmp_path / "waits.py", tmp_path / "kills.py"
-    waits.write_text(_WAITS.format(flag=flag))
-    kills.write_text(_KILLS.format(flag=flag))
+    waits, kills = _pair(tmp_path, _KILLS)
     done = []
     audits = audit_models([f"{waits}:f", f"{kills}:f"], AuditOptions(static_only=True), jobs=2, on_done=done.append)
     assert [a.path for a in audits] == [f"{waits}:f", f"{kills}:f"]  # the order asked, not the order finished
@@ -77,10 +84,7 @@ def test_more_jobs_than_models_gives_each_model_once_in_order(samples):
 
 @pytest.mark.slow
 def test_with_debug_a_workers_exception_is_raised_here_with_its_traceback(tmp_path):
-    flag = str(tmp_path / "taken")
-    waits, raises = tmp_path / "waits.py", tmp_path / "raises.py"
-    waits.write_text(_WAITS.format(flag=flag))
-    raises.write_text(_RAISES.format(flag=flag))
+    waits, raises = _pair(tmp_path, _RAISES)
     with pytest.raises(GradauditError, match="worker-only failure") as raised:
         audit_models([f"{waits}:f", f"{raises}:f"], AuditOptions(static_only=True), jobs=2, debug=True)
     assert "Traceback" in str(raised.value.__cause__) and "raise GradauditError" in str(raised.value.__cause__)
