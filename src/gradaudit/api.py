@@ -72,8 +72,7 @@ class _Draft:
     def build(self) -> Report:
         return Report(target=self.target, sources=list(self.sources), outputs=list(self.outputs),
                       flow=list(self.flow), findings=list(self.findings), numeric=list(self.numeric),
-                      stability=list(self.stability), notes=list(self.notes),
-                      note_stages=[*self.note_stages, *[""] * (len(self.notes) - len(self.note_stages))],
+                      stability=list(self.stability), notes=list(self.notes), note_stages=list(self.note_stages),
                       seed=self.seed,
                       paths=list(self.paths), incomplete=list(self.incomplete), isolation=self.isolation)
 

@@ -271,7 +271,6 @@ class ModelLoads:
         self._info: SavedModelInfo | None = None
         self._loaded: dict[bool, Loaded] = {}
         self._failed: dict[bool, BaseException] = {}
-        self.loads = 0  # how many times a model was loaded (benchmarks, tests)
 
     @property
     def info(self) -> SavedModelInfo:
@@ -285,16 +284,12 @@ class ModelLoads:
         if float64 in self._failed:
             raise self._failed[float64]
         if float64 not in self._loaded:
-            self.loads += 1
             try:
                 self._loaded[float64] = load(self.info, self.tags, float64)
             except Exception as exc:
                 self._failed[float64] = exc
                 raise
         return self._loaded[float64]
-
-    def failed(self, float64: bool) -> BaseException | None:
-        return self._failed.get(float64)
 
     def fail(self, float64: bool, exc: BaseException) -> None:
         """The model in this precision loads but cannot run: close it, and let every later `get` raise."""

@@ -281,7 +281,7 @@ class Prober:
 
         seen: dict[tuple[str, str], Observation] = {}
         for o, (o_out, o_grads) in per_output.items():
-            sources = [s for s in self.plan.input_sources + self.var_names if o in self.plan.connected(s)]
+            sources = self._sources_of(o)
             forward = nonfinite(o_out[o])
             if forward:
                 kind, culprit, note = self._judge_forward(point, o, float64_at, config, scale, sign)
@@ -295,6 +295,10 @@ class Prober:
                               if nonfinite(grad) else Observation(OK, scale, sign, config))
         return seen
 
+    def _sources_of(self, output: str) -> list[str]:
+        """The inputs and variables the static pass connects to `output`: the pairs a probe point judges."""
+        return [s for s in self.plan.input_sources + self.var_names if output in self.plan.connected(s)]
+
     def observe_many(self, config: tuple[str, ...], points: list[tuple[float, int]]
                      ) -> list[dict[tuple[str, str], Observation]]:
         """`observe` at every (scale, sign) of `points`, the points stacked along the batch dimension in one
@@ -305,7 +309,7 @@ class Prober:
         for (scale, sign), ok in zip(points, finite):
             if ok:
                 seen.append({(s, o): Observation(OK, scale, sign, config) for o in self.plan.float_outputs
-                             for s in self.plan.input_sources + self.var_names if o in self.plan.connected(s)})
+                             for s in self._sources_of(o)})
             else:
                 seen.append(self.observe(config, scale, sign))
         return seen
