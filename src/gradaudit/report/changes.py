@@ -117,7 +117,9 @@ def render_run(fmt: str, reports: Sequence[Report], fail_on: str = "error", fail
         doc["since_baseline"] = changes.to_dict()
         return json.dumps(doc, indent=2) + "\n"
     if fmt == "junit":
-        return _junit_lost(text, changes)
+        from .junit import with_lost_pairs
+
+        return with_lost_pairs(text, changes)
     if fmt == "github":
         from .github import annotation
 
@@ -125,22 +127,3 @@ def render_run(fmt: str, reports: Sequence[Report], fail_on: str = "error", fail
                                          f"baseline and is now {p.new}", title="gradaudit: gradient lost since "
                                          "the baseline") + "\n" for m, p in changes.lost())
     return text
-
-
-def _junit_lost(xml: str, changes: Diff) -> str:
-    import xml.etree.ElementTree as ET
-
-    from .common import visible
-
-    root = ET.fromstring(xml.split("\n", 1)[1])
-    suite = ET.SubElement(root, "testsuite", name="gradaudit baseline", tests=str(len(changes.lost())),
-                          failures=str(len(changes.lost())), errors="0", skipped="0")
-    for m, p in changes.lost():
-        case = ET.SubElement(suite, "testcase", classname=visible(m.label), name=visible(f"{p.source} -> {p.output}"))
-        failure = ET.SubElement(case, "failure", message=visible(f"connected in the baseline, now {p.new}"))
-        failure.text = visible(f"{p.source} -> {p.output}: connected in {changes.old}, {p.new} now")
-    for key in ("tests", "failures"):
-        if root.get(key) is not None:
-            root.set(key, str(int(root.get(key) or 0) + len(changes.lost())))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -12,6 +12,7 @@ from .common import concerns, display_path, fails, graph_file, model_label, visi
 
 if TYPE_CHECKING:
     from ..model import AuditFailure
+    from .diff import Diff
 
 _OUTCOMES = ("failure", "error", "skipped")
 
@@ -96,6 +97,21 @@ def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Seq
               error=failure.error)
     for suite in root:
         _count(suite, suite.findall("testcase"))
+    _count(root, root.findall("testsuite/testcase"))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def with_lost_pairs(xml: str, changes: Diff) -> str:
+    """A rendered JUnit document with one more suite: a failing case per pair that lost its gradient since
+    the baseline (`--baseline`), the totals counted again."""
+    root = ET.fromstring(xml.split("\n", 1)[1])  # after the XML declaration
+    suite = ET.SubElement(root, "testsuite", name="gradaudit baseline")
+    for m, p in visible(changes.lost()):
+        case = ET.SubElement(suite, "testcase", classname=m.label, name=f"{p.source} -> {p.output}")
+        ET.SubElement(case, "failure", message=f"connected in the baseline, now {p.new}").text = (
+            f"{p.source} -> {p.output}: connected in {visible(changes.old)}, {p.new} now")
+    _count(suite, suite.findall("testcase"))
     _count(root, root.findall("testsuite/testcase"))
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
