@@ -89,7 +89,7 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
     from .second_order import run_second_order
     from .verdicts import ladder_findings
 
-    info, tags = loads.info, loads.tags
+    info = loads.info
     plan = Plan(info, analysis.sources, analysis.outputs, analysis.flow, infer(analysis))
     if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
         outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
@@ -106,8 +106,8 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
     variables = [(v, by_name[v]) for v in plan.variable_sources if v in by_name]
     prober = None
     try:
-        prober = Prober(loaded, info, tags, plan, base, variables, analysis.graph, analysis.gradient_functions,
-                        n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis), loads)
+        prober = Prober(loads, plan, base, variables, analysis.graph, analysis.gradient_functions,
+                        n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis))
         if plan.input_sources:
             ladder = run_ladder(prober, options.scales)
             outcome.results.extend(ladder.results)

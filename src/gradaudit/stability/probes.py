@@ -118,14 +118,16 @@ class LadderOutcome:
 class Prober:
     """Gradients of one loaded model at moved points, with the float64 copy and forensics on demand."""
 
-    def __init__(self, loaded, info, tags: tuple[str, ...], plan, base: dict[str, np.ndarray],
-                 variables: list, graph, gradient_functions: dict[str, str], seed: int, upcast: bool,
-                 given: frozenset[str] = frozenset(), suspects=None, loads=None):
-        """`suspects(sources, output)`: the ops on the gradient path between them whose backward can make a
-        NaN or Inf (read from the static pass), named when forensics cannot locate the op at fault. `loads`
-        (numeric.runner.ModelLoads) holds the float64 copy the numeric checks loaded, shared here."""
+    def __init__(self, loads, plan, base: dict[str, np.ndarray], variables: list, graph,
+                 gradient_functions: dict[str, str], seed: int, upcast: bool, given: frozenset[str] = frozenset(),
+                 suspects=None):
+        """`loads` (numeric.runner.ModelLoads): the model as the numeric checks read and loaded it, and its
+        float64 copy, shared here. `suspects(sources, output)`: the ops on the gradient path between them whose
+        backward can make a NaN or Inf (read from the static pass), named when forensics cannot locate the op
+        at fault."""
         self.loads = loads
-        self.loaded, self.info, self.tags, self.plan, self.base = loaded, info, tags, plan, base
+        self.loaded, self.info, self.tags = loads.get(False), loads.info, loads.tags
+        self.plan, self.base = plan, base
         self.variables = variables  # (source name, loaded tf.Variable)
         self.var_names = [n for n, _ in variables]
         self.base_vars = [np.asarray(v.numpy()) for _, v in variables]
@@ -141,12 +143,12 @@ class Prober:
         self._last64: tuple | None = None
         self.checked: list[NumericResult] = []
         self.mismatches: list[Finding] = []
-        self.forensics = Forensics(loaded.fn, graph, gradient_functions)
+        self.forensics = Forensics(self.loaded.fn, graph, gradient_functions)
         self.suspects = suspects or (lambda _sources, _output: ())
         self._runners: dict[tuple[str | None, bool, bool], object] = {}
         self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
         self._culprits: dict[tuple, Culprit | None] = {}
-        outputs = loaded.fn(**{k: base[k] for k in plan.specs})
+        outputs = self.loaded.fn(**{k: base[k] for k in plan.specs})
         self.base_outputs = {o: np.asarray(outputs[o]) for o in plan.float_outputs}
         rng = np.random.default_rng([seed, 3])
         # A random signed cotangent, never ones: the gradient of sum(softmax(x)) is exactly zero.
@@ -192,7 +194,7 @@ class Prober:
     def float64(self) -> bool:
         """Load the float64 copy once; False (with a note) when it cannot be made."""
         if self._f64 is None:
-            from ..numeric.runner import describe, load
+            from ..numeric.runner import describe
             from ..numeric.upcast import float64_blockers
 
             self._f64 = False
@@ -206,7 +208,7 @@ class Prober:
                                   "non-finite value is reported.")
                 return False
             try:
-                self._f64 = self.loads.get(True) if self.loads is not None else load(self.info, self.tags, True)
+                self._f64 = self.loads.get(True)
             except Exception as exc:  # noqa: BLE001 - the float64 copy is optional
                 self.notes.append(f"The float64 copy for the stability probes is not available "
                                   f"({describe(exc)}): every non-finite value is reported.")
@@ -222,10 +224,7 @@ class Prober:
         try:
             return self.gradients(point, output, f64=True, with_variables=with_variables)
         except ModelError as exc:
-            if self.loads is not None:
-                self.loads.fail(True, exc)
-            else:
-                self._f64.close()
+            self.loads.fail(True, exc)
             self._f64 = False
             self.notes.append(f"The float64 copy for the stability probes cannot run ({exc}): every non-finite "
                               "value is reported.")
@@ -260,9 +259,7 @@ class Prober:
         return self._culprits[key]
 
     def close(self) -> None:
-        self.forensics.close()
-        if self._f64 and self.loads is None:  # a shared copy is closed by its owner
-            self._f64.close()
+        self.forensics.close()  # the loaded model and its float64 copy are closed by `loads`' owner
 
     # -- one probe point ---------------------------------------------------------------------------
     def observe(self, config: tuple[str, ...], scale: float, sign: int) -> dict[tuple[str, str], Observation]:
