@@ -133,6 +133,7 @@ def _noise(points: dict[float, tuple[float, float]], steps: list[float]) -> floa
 
 
 def analyse(line: Line) -> Estimate:
+    """The estimate of psi'(0) the evaluated steps support best, with its bound, and how the line looks."""
     steps = sorted({abs(t) for t in line.points if t > 0}, reverse=True)
     if not all(math.isfinite(v) for pair in line.points.values() for v in pair):
         return Estimate(delta=math.nan, bound=math.inf, step=steps[-1], sigma=math.nan, scale=line.scale,
@@ -140,40 +141,66 @@ def analyse(line: Line) -> Estimate:
                         evaluations=line.evaluations)
     measured = _noise(line.points, steps)
     sigma = max(measured, line.sigma_floor)
-    scale = line.scale
+    r, even = _differences(line.points, steps)
+    candidates = _candidates(steps, r, sigma, _smooth_pairs(steps, even, sigma), _autodiff_rounding(line, sigma))
+    if candidates:
+        kinky, bound, delta, step = min(candidates)
+    else:  # a single step: no way to estimate truncation
+        step = steps[-1]
+        kinky, delta, bound = True, r[step], math.inf
+    # "Noise" far above what rounding the outputs explains is kinks or jumps between the smallest steps;
+    # it also hides them from the even-part test.
+    kinky = kinky or measured > ROUGH * line.sigma_floor
+    return Estimate(delta=delta, bound=bound, step=step, sigma=sigma, scale=line.scale,
+                    autodiff=line.autodiff, flat=_flat(line, steps, sigma), jumpy=_jumpy(line, steps, r),
+                    kinky=kinky, evaluations=line.evaluations)
+
+
+def _differences(points: dict[float, tuple[float, float]],
+                 steps: list[float]) -> tuple[dict[float, float], dict[float, float]]:
+    """For each step h, the central difference r(h) of psi (-> psi'(0) + O(h^2)) and its even part
+    psi(h) + psi(-h) (psi'' h^2 when smooth; ~ h at a kink)."""
 
     def psi(t: float) -> float:
-        return line.points[t][0] - line.points[t][1]
+        return points[t][0] - points[t][1]
 
-    r = {h: (psi(h) - psi(-h)) / (2 * h) for h in steps}  # -> psi'(0) + O(h^2)
-    even = {h: psi(h) + psi(-h) for h in steps}  # psi'' h^2 when smooth; ~ h at a kink
-    # Rounding bounds: SIGNIFICANCE sigmas of r(h) and of even(h) (which also carries phi(0)'s noise).
-    rho = {h: SIGNIFICANCE * math.sqrt(2) * sigma / (2 * h) for h in steps}
+    r = {h: (psi(h) - psi(-h)) / (2 * h) for h in steps}
+    even = {h: psi(h) + psi(-h) for h in steps}
+    return r, even
+
+
+def _smooth_pairs(steps: list[float], even: dict[float, float], sigma: float) -> list[bool]:
+    """For each pair of neighbouring steps, whether the even part scales like h^2 between them (up to noise and
+    the h^4 term); a kink between or inside them makes it scale like h, or jump."""
+    # SIGNIFICANCE sigmas of even(h), which also carries phi(0)'s noise.
     rho_even = SIGNIFICANCE * math.sqrt(6) * sigma
-    # The backward pass rounds about as much as the forward (measured by sigma), with some headroom.
-    autodiff_err = 0.0
-    if line.low_precision_autodiff and line.phi_norm > 0:
-        autodiff_err = 10 * SIGNIFICANCE * (sigma / line.phi_norm) * scale
-
-    # A pair of steps is smooth when the even part scales like h^2 between them (up to noise and the
-    # h^4 term); a kink between or inside them makes it scale like h, or jump.
     smooth = []
     for h1, h2 in zip(steps, steps[1:]):
         q2 = (h1 / h2) ** 2
         smooth.append(abs(even[h1] - q2 * even[h2]) <= rho_even * (1 + q2) + 0.5 * abs(even[h1]))
+    return smooth
 
-    def window_smooth(lo: int, hi: int) -> bool:
-        return all(smooth[i] for i in range(max(lo, 0), min(hi, len(steps) - 1)))
 
-    # Candidates: plain central differences and Richardson extrapolations, each with a bound made of how
-    # far it is from its larger neighbour (truncation), from the smaller steps when they disagree with it
-    # beyond their noise, and its own rounding.
+def _autodiff_rounding(line: Line, sigma: float) -> float:
+    """The backward pass rounds about as much as the forward (measured by sigma), with some headroom."""
+    if line.low_precision_autodiff and line.phi_norm > 0:
+        return 10 * SIGNIFICANCE * (sigma / line.phi_norm) * line.scale
+    return 0.0
+
+
+def _candidates(steps: list[float], r: dict[float, float], sigma: float, smooth: list[bool],
+                autodiff_err: float) -> list[tuple[bool, float, float, float]]:
+    """Plain central differences and Richardson extrapolations as (kinky, bound, estimate, step), each bound
+    made of how far it is from its larger neighbour (truncation), from the smaller steps when they disagree
+    with it beyond their noise, and its own rounding; kinky when the steps around it do not look smooth."""
+    # Rounding bounds: SIGNIFICANCE sigmas of r(h).
+    rho = {h: SIGNIFICANCE * math.sqrt(2) * sigma / (2 * h) for h in steps}
     plain = [(r[h], rho[h], h) for h in steps]
     rich = []  # from steps i, i+1
     for h1, h2 in zip(steps, steps[1:]):
         q2 = (h1 / h2) ** 2
         rich.append(((q2 * r[h2] - r[h1]) / (q2 - 1), math.hypot(q2 * rho[h2], rho[h1]) / (q2 - 1), h2))
-    candidates: list[tuple[bool, float, float, float]] = []  # (kinky, bound, estimate, step)
+    candidates = []
     for values, width in ((plain, 0), (rich, 1)):
         for i, (value, rounding, h) in enumerate(values):
             if not i:
@@ -185,33 +212,27 @@ def analyse(line: Line) -> Estimate:
             chi2 = sum((d / sd) ** 2 for d, sd in smaller if sd > 0)
             trend = 0.0 if chi2 <= _chi2_99(len(smaller)) else max(d for d, _ in smaller)
             bound = max(abs(value - values[i - 1][0]), trend) + rounding + autodiff_err
-            window = (max(i - 1, 0), min(i + 1 + width, len(steps) - 1))
-            candidates.append((not window_smooth(*window), bound, value, h))
-    if candidates:
-        kinky, bound, delta, step = min(candidates)
-    else:  # a single step: no way to estimate truncation
-        step = steps[-1]
-        kinky, delta, bound = True, r[step], math.inf
-    # "Noise" far above what rounding the outputs explains is kinks or jumps between the smallest steps;
-    # it also hides them from the even-part test above.
-    kinky = kinky or measured > ROUGH * line.sigma_floor
+            around = smooth[max(i - 1, 0):i + 1 + width]  # the pairs of steps it is made from, and their neighbours
+            candidates.append((not all(around), bound, value, h))
+    return candidates
 
-    smallest = steps[-2:] if len(steps) >= 2 else steps
-    # Flat: at the smallest steps phi does not move beyond noise, while autodiff predicts it should.
-    flat = all(
+
+def _flat(line: Line, steps: list[float], sigma: float) -> bool:
+    """At the smallest steps phi does not move beyond noise, while autodiff predicts it should."""
+    return all(
         max(abs(line.points[h][0]), abs(line.points[-h][0])) <= 2 * SIGNIFICANCE * sigma
         and abs(line.autodiff) * h > 4 * SIGNIFICANCE * sigma
-        for h in smallest)
-    # Jumpy: what autodiff does not predict of phi(h) - phi(-h) stays the same as h shrinks (a step in the
-    # forward, not a slope: a wrong slope would shrink with h).
-    jumpy = False
-    if len(steps) >= 3:
-        rest = [2 * h * r[h] for h in steps[-3:]]
-        mean = sum(rest) / 3
-        jumpy = abs(mean) > 30 * line.sigma_floor and all(abs(x - mean) < 0.3 * abs(mean) for x in rest)
-    return Estimate(delta=delta, bound=bound, step=step, sigma=sigma, scale=scale,
-                    autodiff=line.autodiff, flat=flat, jumpy=jumpy, kinky=kinky,
-                    evaluations=line.evaluations)
+        for h in steps[-2:])
+
+
+def _jumpy(line: Line, steps: list[float], r: dict[float, float]) -> bool:
+    """What autodiff does not predict of phi(h) - phi(-h) stays the same as h shrinks (a step in the forward,
+    not a slope: a wrong slope would shrink with h)."""
+    if len(steps) < 3:
+        return False
+    rest = [2 * h * r[h] for h in steps[-3:]]
+    mean = sum(rest) / 3
+    return abs(mean) > 30 * line.sigma_floor and all(abs(x - mean) < 0.3 * abs(mean) for x in rest)
 
 
 def large(est: Estimate, floor: float) -> bool:
