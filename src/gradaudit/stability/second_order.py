@@ -86,54 +86,30 @@ class _HessianVector:
 
 def run_second_order(prober, seed: int) -> SecondOrderOutcome:
     """One check per float input and one for the trainable variables together."""
-    from ..numeric import ALL_VARIABLES, sweep
+    from ..numeric import sweep
     from ..numeric.checks import output_label
     from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION
 
     plan = prober.plan
-    from ..numeric.runner import ModelError
-
-    use64 = prober.float64()
-    why = "float64 copy of the model"
-    if use64:
-        try:  # a copy that loads may still not run (XlaCallModule): then the model's own precision
-            prober.gradients(prober.base, None, True)
-        except ModelError as exc:
-            use64, why = False, f"the float64 copy cannot run ({exc}): the model's own precision"
-    else:
-        why = "the float64 copy cannot be made (see the notes): the model's own precision"
-    runner = prober.runner(None, use64)
+    use64, why = _precision(prober)
     dtype = "float64" if use64 else plan.native
     eps = EPS[dtype]
-    hvp = _HessianVector(runner)
+    hvp = _HessianVector(prober.runner(None, use64))
     rng = np.random.default_rng([seed, 4])
-    names_all = plan.input_sources + prober.var_names
-    base = {**{n: prober.base[n] for n in plan.input_sources}, **dict(zip(prober.var_names, prober.base_vars))}
-    dtypes = {n: np.dtype(np.float64) if use64 else prober.dtypes[n] for n in names_all}
+    point = _BasePoint(prober, use64)
     outcome = SecondOrderOutcome()
     unavailable: dict[str, tuple[list[str], set[str]]] = {}  # TensorFlow's reason -> (sources, outputs)
     # the op to blame -> the failed checks it explains (names, outputs, estimate): one finding per op
     wrong: dict[object, list[tuple[list[str], tuple[str, ...], sweep.Estimate]]] = {}
 
-    groups = [(n, [n]) for n in plan.input_sources if plan.connected(n)]
-    variables = [n for n in prober.var_names if plan.connected(n)]
-    if variables:
-        groups.append((variables[0] if len(variables) == 1 else ALL_VARIABLES, variables))
-
-    def gradients_at(p: dict[str, np.ndarray]) -> dict[str, np.ndarray | None]:
-        inputs = {**prober.base, **{n: v for n, v in p.items() if n in plan.input_sources}}
-        return prober.gradients(inputs, None, use64, [p.get(n, base[n]) for n in prober.var_names])[1]
-
-    for label, names in groups:
+    for label, names in _groups(prober):
         outs = tuple(sorted({o for n in names for o in plan.connected(n)}))
         shown = output_label(outs, plan.float_outputs)
-        v = {n: _direction(rng, base[n]) for n in names}
-        w = {n: _direction(rng, base[n]) for n in names}
-        g0 = gradients_at({})  # also moves the runner to the base point, where H·w is taken
+        v = {n: _direction(rng, point.values[n]) for n in names}
+        w = {n: _direction(rng, point.values[n]) for n in names}
+        g0 = point.gradients({})  # also moves the runner to the base point, where H·w is taken
         try:
-            weights = {n: w.get(n, np.zeros(np.shape(base[n]))) for n in names_all}
-            hw_list = hvp(prober.u, {n: weights[n] for n in plan.input_sources},
-                          [weights[n] for n in prober.var_names])
+            hw = point.hessian_times(hvp, w)
         except Exception as exc:  # noqa: BLE001 - TensorFlow's reason is the finding
             reason = tf_reason(exc)
             outcome.results.append(NumericResult(label, shown, "error", None, None, dtype, 0,
@@ -143,37 +119,13 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
             unavailable[reason][0].extend(names)
             unavailable[reason][1].update(outs)
             continue
-        hw = {n: np.zeros(np.shape(base[n])) if h is None else h for n, h in zip(names_all, hw_list)}
-        g0 = {n: np.zeros(np.shape(base[n])) if g0.get(n) is None else g0[n] for n in names}
-        terms = [hw[n] * v[n] for n in names]
-        autodiff = float(sum(np.sum(t) for t in terms))
-        scale = float(sum(np.sum(np.abs(t)) for t in terms))
-        phi0 = sum(_dot(g0[n], w[n]) for n in names)
-        phi_norm = float(np.sqrt(sum(np.sum((g0[n] * w[n]) ** 2) for n in names)))
-
-        def evaluate(t: float, names=names, v=v, w=w, hw=hw) -> tuple[float, float]:
-            p = {n: (base[n] + t * v[n]).astype(dtypes[n]) for n in names}  # the point actually evaluated
-            g = gradients_at(p)
-            phi = sum(_dot(g[n], w[n]) for n in names if g[n] is not None)
-            return phi, sum(_dot(hw[n], p[n].astype(np.float64) - base[n]) for n in names)
-
-        line = sweep.Line(evaluate=evaluate, autodiff=autodiff, scale=scale, sigma_floor=0.5 * eps * phi_norm,
-                          phi_norm=phi_norm, low_precision_autodiff=not use64, phi0=phi0)
+        line = _line(point, names, v, w, hw, g0, eps)
         est = sweep.run(line, sweep.ladder_for(eps, use64), FLOOR_ULPS * eps, RESOLUTION)
-        size = max(est.scale, abs(est.numeric))
-        rel = abs(est.delta) / size if size > 0 else 0.0
         verdict = sweep.classify(est, FLOOR_ULPS * eps, RESOLUTION)
         if verdict == "fail":
-            status, reason = "fail", f"{LABEL}: H·v {est.autodiff:.4e}, central differences {est.numeric:.4e}"
             op, _where = _suspects(prober)
             wrong.setdefault(op if op is not None else len(wrong), []).append((names, outs, est))
-        elif verdict == "pass":
-            status, reason = "pass", f"{LABEL}: Hessian-vector product agrees with central differences"
-        else:  # unresolved, or a gradient flat along the line (ReLU networks): no verdict
-            status, reason = "inconclusive", (f"{LABEL}: the difference quotients of the gradient do not settle "
-                                              f"(error bound {est.rel_bound:.1e} relative)")
-        outcome.results.append(NumericResult(label, shown, status, rel if np.isfinite(rel) else None, est.step,
-                                             dtype, est.evaluations + 1, reason, precision_reason=why, order=2))
+        outcome.results.append(_result(label, shown, est, verdict, dtype, why))
     for key, failed in wrong.items():
         outcome.findings.append(_mismatch(failed, key if isinstance(key, OpRef) else None, _suspects(prober)[1],
                                           dtype, plan.float_outputs))
@@ -183,6 +135,98 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
             f"TensorFlow cannot differentiate the gradient of {output_label(outputs, plan.float_outputs)} "
             f"with respect to {', '.join(names)} a second time: {reason}", sources=names, outputs=outputs))
     return outcome
+
+
+def _precision(prober) -> tuple[bool, str]:
+    """Whether the checks differentiate the float64 copy, and why they run in the precision they do."""
+    from ..numeric.runner import ModelError
+
+    if not prober.float64():
+        return False, "the float64 copy cannot be made (see the notes): the model's own precision"
+    try:  # a copy that loads may still not run (XlaCallModule): then the model's own precision
+        prober.gradients(prober.base, None, True)
+    except ModelError as exc:
+        return False, f"the float64 copy cannot run ({exc}): the model's own precision"
+    return True, "float64 copy of the model"
+
+
+def _groups(prober) -> list[tuple[str, list[str]]]:
+    """(label, sources) of each check: every connected float input alone, the connected variables together."""
+    from ..numeric import ALL_VARIABLES
+
+    plan = prober.plan
+    groups = [(n, [n]) for n in plan.input_sources if plan.connected(n)]
+    variables = [n for n in prober.var_names if plan.connected(n)]
+    if variables:
+        groups.append((variables[0] if len(variables) == 1 else ALL_VARIABLES, variables))
+    return groups
+
+
+class _BasePoint:
+    """Every float input and trainable variable at the probes' base point, and the gradient of u·f (first
+    order, and H·w) at points that move some of them, in the precision of the checks."""
+
+    def __init__(self, prober, use64: bool):
+        plan = prober.plan
+        self.prober, self.use64 = prober, use64
+        self.names = plan.input_sources + prober.var_names
+        self.values = {**{n: prober.base[n] for n in plan.input_sources},
+                       **dict(zip(prober.var_names, prober.base_vars))}
+        self.dtypes = {n: np.dtype(np.float64) if use64 else prober.dtypes[n] for n in self.names}
+
+    def gradients(self, moved: dict[str, np.ndarray]) -> dict[str, np.ndarray | None]:
+        """The gradient where the sources in `moved` take those values and the others their base values."""
+        prober = self.prober
+        inputs = {**prober.base, **{n: v for n, v in moved.items() if n in prober.plan.input_sources}}
+        return prober.gradients(inputs, None, self.use64, [moved.get(n, self.values[n]) for n in prober.var_names])[1]
+
+    def hessian_times(self, hvp: _HessianVector, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """H·w at the runner's current point, for w given on some sources (zero on the others); zero where
+        TensorFlow finds no dependence."""
+        prober = self.prober
+        weights = {n: w.get(n, np.zeros(np.shape(self.values[n]))) for n in self.names}
+        hw_list = hvp(prober.u, {n: weights[n] for n in prober.plan.input_sources},
+                      [weights[n] for n in prober.var_names])
+        return {n: np.zeros(np.shape(self.values[n])) if h is None else h for n, h in zip(self.names, hw_list)}
+
+
+def _line(point: _BasePoint, names: list[str], v: dict[str, np.ndarray], w: dict[str, np.ndarray],
+          hw: dict[str, np.ndarray], g0: dict[str, np.ndarray | None], eps: float):
+    """The sweep's line along v: phi(t) = <gradient at base + t v, w>, which autodiff predicts moves by
+    <H·w, t v> (the module docstring)."""
+    from ..numeric import sweep
+
+    base = point.values
+    g0 = {n: np.zeros(np.shape(base[n])) if g0.get(n) is None else g0[n] for n in names}
+    terms = [hw[n] * v[n] for n in names]
+    autodiff = float(sum(np.sum(t) for t in terms))
+    scale = float(sum(np.sum(np.abs(t)) for t in terms))
+    phi0 = sum(_dot(g0[n], w[n]) for n in names)
+    phi_norm = float(np.sqrt(sum(np.sum((g0[n] * w[n]) ** 2) for n in names)))
+
+    def evaluate(t: float) -> tuple[float, float]:
+        p = {n: (base[n] + t * v[n]).astype(point.dtypes[n]) for n in names}  # the point actually evaluated
+        g = point.gradients(p)
+        phi = sum(_dot(g[n], w[n]) for n in names if g[n] is not None)
+        return phi, sum(_dot(hw[n], p[n].astype(np.float64) - base[n]) for n in names)
+
+    return sweep.Line(evaluate=evaluate, autodiff=autodiff, scale=scale, sigma_floor=0.5 * eps * phi_norm,
+                      phi_norm=phi_norm, low_precision_autodiff=not point.use64, phi0=phi0)
+
+
+def _result(label: str, shown: str, est, verdict: str, dtype: str, why: str) -> NumericResult:
+    """The check's row: the sweep's verdict in the words of second order."""
+    size = max(est.scale, abs(est.numeric))
+    rel = abs(est.delta) / size if size > 0 else 0.0
+    if verdict == "fail":
+        status, reason = "fail", f"{LABEL}: H·v {est.autodiff:.4e}, central differences {est.numeric:.4e}"
+    elif verdict == "pass":
+        status, reason = "pass", f"{LABEL}: Hessian-vector product agrees with central differences"
+    else:  # unresolved, or a gradient flat along the line (ReLU networks): no verdict
+        status, reason = "inconclusive", (f"{LABEL}: the difference quotients of the gradient do not settle "
+                                          f"(error bound {est.rel_bound:.1e} relative)")
+    return NumericResult(label, shown, status, rel if np.isfinite(rel) else None, est.step,
+                         dtype, est.evaluations + 1, reason, precision_reason=why, order=2)
 
 
 def _mismatch(failed: list, op: OpRef | None, where: str, dtype: str, float_outputs: list[str]) -> Finding:
