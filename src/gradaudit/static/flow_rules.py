@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..flow import PYFUNC_OPS
 from ..graph.dtypes import carries_gradient, dtype_name
-from ..model import Severity
+from ..model import Finding, Severity
 from ..rules.flow import (
     RULES,
     CustomGradient,
@@ -91,50 +91,70 @@ def _names(names: list[str]) -> str:
 
 def check(analysis) -> list:
     """Static GA1xx findings from a finished StaticAnalysis."""
-    by_slug = {r.slug: r for r in RULES}
-    g = analysis.graph
+    reported: set[tuple[str, object]] = set()  # (rule slug, op) already reported, so that no op is reported twice
     findings = []
-    reported: set[tuple[str, object]] = set()
-
-    def where(ref) -> str:
-        return ref.label
-
     for ref, cut in analysis.cuts.items():
-        pairs = cut.blocked_pairs | cut.partial_pairs
-        srcs = analysis.source_names(sum({1 << i for i, _ in pairs}))
-        outs = analysis.output_names(sum({1 << j for _, j in pairs}))
-        out_dtypes = {dtype_name(g.dtype[o]) for o in cut.node.outputs if not carries_gradient(g.dtype[o])}
-        dead = cut.rule == "custom-gradient" and cut.node.custom_gradient_saved
-        reason = _REASONS["custom-gradient-dead" if dead else cut.rule].format(
-            t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
-            fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error)
-        parts = []
-        if cut.blocked_pairs:
-            parts.append(f"it cuts the gradient {_pairs(analysis, cut.blocked_pairs)}")
-        if cut.partial_pairs:
-            parts.append(("and " if parts else "it ") + "cuts one path of the gradient while other paths still "
-                         f"carry one {_pairs(analysis, cut.partial_pairs)}, so the gradient misses this path's "
-                         "part")
-        msg = f"{where(ref)}: {reason}; {' '.join(parts)}"
-        if cut.rule in _BREAKS_THE_FUNCTION:
-            msg += (f"; a loaded model builds the backward of {ref.function} as a whole, so differentiating it "
-                    "raises for every source of that function, not only these")
-        rule_ = by_slug[cut.rule]
-        severity = Severity.ERROR if cut.rule == "custom-gradient" else None
-        if not cut.blocked_pairs and rule_.partial_severity is not None:
-            severity = rule_.partial_severity  # the same whatever cuts it: round(x) or float(int(x))
-        fix = ("Make the gradient function return dy times the derivative for every input the output "
-               "depends on (dy * f'(x)); return a zero gradient only through tf.stop_gradient in the "
-               "forward pass.") if dead else None
-        findings.append(rule_.finding(msg, op=ref, sources=srcs, outputs=outs, severity=severity, fix=fix))
+        findings.append(_cut_finding(analysis, ref, cut))
         reported.add((cut.rule, ref))
+    findings += _pyfunc_and_custom_gradient_findings(analysis, reported)
+    findings += _unknown_op_findings(analysis, reported)
+    findings += _sampler_findings(analysis)
+    findings += _variable_write_findings(analysis)
+    findings += _disconnected_variable_findings(analysis)
+    return findings
 
-    for node in g.ops.values():
+
+_RULE_BY_SLUG = {r.slug: r for r in RULES}
+
+
+def _cut_finding(analysis, ref, cut) -> Finding:
+    """The finding of an op that cuts (source, output) pairs, blocked or in part, with the cut's own rule."""
+    pairs = cut.blocked_pairs | cut.partial_pairs
+    srcs = analysis.source_names(sum({1 << i for i, _ in pairs}))
+    outs = analysis.output_names(sum({1 << j for _, j in pairs}))
+    dead = cut.rule == "custom-gradient" and cut.node.custom_gradient_saved
+    rule_ = _RULE_BY_SLUG[cut.rule]
+    severity = Severity.ERROR if cut.rule == "custom-gradient" else None
+    if not cut.blocked_pairs and rule_.partial_severity is not None:
+        severity = rule_.partial_severity  # the same whatever cuts it: round(x) or float(int(x))
+    fix = ("Make the gradient function return dy times the derivative for every input the output "
+           "depends on (dy * f'(x)); return a zero gradient only through tf.stop_gradient in the "
+           "forward pass.") if dead else None
+    return rule_.finding(_cut_message(analysis, ref, cut, dead), op=ref, sources=srcs, outputs=outs,
+                         severity=severity, fix=fix)
+
+
+def _cut_message(analysis, ref, cut, dead: bool) -> str:
+    """What the op does to the gradient, which pairs it cuts fully and which in part, and, for a cut that makes
+    TensorFlow raise, that the whole function's backward fails."""
+    g = analysis.graph
+    out_dtypes = {dtype_name(g.dtype[o]) for o in cut.node.outputs if not carries_gradient(g.dtype[o])}
+    reason = _REASONS["custom-gradient-dead" if dead else cut.rule].format(
+        t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
+        fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error)
+    parts = []
+    if cut.blocked_pairs:
+        parts.append(f"it cuts the gradient {_pairs(analysis, cut.blocked_pairs)}")
+    if cut.partial_pairs:
+        parts.append(("and " if parts else "it ") + "cuts one path of the gradient while other paths still "
+                     f"carry one {_pairs(analysis, cut.partial_pairs)}, so the gradient misses this path's "
+                     "part")
+    msg = f"{ref.label}: {reason}; {' '.join(parts)}"
+    if cut.rule in _BREAKS_THE_FUNCTION:
+        msg += (f"; a loaded model builds the backward of {ref.function} as a whole, so differentiating it "
+                "raises for every source of that function, not only these")
+    return msg
+
+
+def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
+    """Python-function ops and saved custom gradients on a gradient path that no cut reported already."""
+    findings = []
+    for node in analysis.graph.ops.values():
         ref = node.ref
         if ref.op_type in PYFUNC_OPS and ("py-function", ref) not in reported:
             src, out = analysis.op_masks(node)
             findings.append(PyFunction.finding(
-                f"{where(ref)}: {_REASONS['py-function'].format(t=ref.op_type)}; the loaded model can "
+                f"{ref.label}: {_REASONS['py-function'].format(t=ref.op_type)}; the loaded model can "
                 "neither run nor differentiate it", op=ref,
                 sources=analysis.source_names(src), outputs=analysis.output_names(out)))
             reported.add(("py-function", ref))
@@ -142,18 +162,19 @@ def check(analysis) -> list:
             src, out = analysis.op_masks(node, grad=True)
             if src and out:
                 findings.append(CustomGradient.finding(
-                    f"{where(ref)}: custom gradient {node.custom_gradient} replaces the op's gradient "
+                    f"{ref.label}: custom gradient {node.custom_gradient} replaces the op's gradient "
                     f"(saved as {analysis.gradient_functions.get(node.custom_gradient, '?')}); check it "
                     "numerically", op=ref,
                     sources=analysis.source_names(src), outputs=analysis.output_names(out),
                     fix="Nothing to do if the numeric checks pass: they compare it with finite differences "
                         "(use --order 2 for its second derivative)."))
                 reported.add(("custom-gradient", ref))
+    return findings
 
-    findings += _unknown_op_findings(analysis, reported, where)
-    findings += _sampler_findings(analysis, where)
-    findings += _variable_write_findings(analysis, where)
 
+def _disconnected_variable_findings(analysis) -> list:
+    """Trainable variables that no gradient-carrying output of the signature depends on, or that it never uses."""
+    findings = []
     out_value = 0
     for t in analysis.output_tensor.values():
         out_value |= analysis.reach_value[t]
@@ -173,8 +194,7 @@ def check(analysis) -> list:
     return findings
 
 
-
-def _unknown_op_findings(analysis, reported: set, where) -> list:
+def _unknown_op_findings(analysis, reported: set) -> list:
     """An error per unknown op on a float path of a pair (that pair is `unknown`); one info line for all the
     unknown ops that touch only string or integer paths and so decide no gradient."""
     findings = []
@@ -193,7 +213,7 @@ def _unknown_op_findings(analysis, reported: set, where) -> list:
         load = f"--load-ops {package.split(' ')[0]}" if package else "--load-ops PACKAGE_OR_LIBRARY.so"
         origin = f" (it comes from {package})" if package else ""
         findings.append(UnknownOp.finding(
-            f"{where(ref)}: {_REASONS['unknown-op'].format(t=ref.op_type)}{origin}; it lies on the float path "
+            f"{ref.label}: {_REASONS['unknown-op'].format(t=ref.op_type)}{origin}; it lies on the float path "
             f"from {_names(srcs)} to {_names(outs)}, so whether a gradient flows there cannot be known "
             f"(status unknown); {load} makes it known", op=ref, sources=srcs, outputs=outs,
             fix=f"Audit with {load} in an environment where that package works with this TensorFlow (a package "
@@ -242,7 +262,7 @@ def _draws_inside(g, node, drawn: list[int]) -> bool:
     return any(drawn_inside[t] for t in results)
 
 
-def _sampler_findings(analysis, where) -> list:
+def _sampler_findings(analysis) -> list:
     """Gradients through random draws: a sampler whose distribution a source sets (`RandomGamma`'s alpha), or a
     custom gradient over a value drawn at random (TensorFlow Probability's rejection samplers). Either is a
     reparameterization estimator, not the derivative of the output with the seed held fixed, which is what
@@ -282,7 +302,7 @@ def _sampler_findings(analysis, where) -> list:
             what = ("draws samples whose distribution depends on" if _is_random(ref.op_type) else
                     f"is a custom gradient ({node.custom_gradient}) over a value drawn at random from")
             findings.append(SamplerGradient.finding(
-                f"{where(ref)} {what} {_names(srcs)}: the gradient through it to {_names(outs)} is a "
+                f"{ref.label} {what} {_names(srcs)}: the gradient through it to {_names(outs)} is a "
                 "reparameterization estimator, not the derivative with the seed held fixed, so a numeric "
                 "difference on these pairs is expected", op=ref, sources=srcs, outputs=outs))
     return findings
@@ -294,7 +314,7 @@ _WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariab
                      "ResourceScatterNdSub", "Assign", "AssignAdd", "AssignSub"})
 
 
-def _variable_write_findings(analysis, where) -> list:
+def _variable_write_findings(analysis) -> list:
     """Ops that write a trainable variable the signature reads (its handle, a source, reaches the write)."""
     variables = 0
     for i, s in enumerate(analysis.sources):
@@ -313,7 +333,7 @@ def _variable_write_findings(analysis, where) -> list:
                 out |= analysis.to_output_value[analysis.source_tensor[i]]
         srcs, outs = analysis.source_names(written), analysis.output_names(out)
         findings.append(WritesVariable.finding(
-            f"{where(node.ref)} writes trainable variable(s) {_names(srcs)} when the signature runs: every call "
+            f"{node.ref.label} writes trainable variable(s) {_names(srcs)} when the signature runs: every call "
             f"changes the model, and the gradient to {_names(outs) or 'its outputs'} is taken through the value "
             "read after the write, so a numeric difference for these variables is expected", op=node.ref,
             sources=srcs, outputs=outs))
