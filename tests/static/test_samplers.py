@@ -11,7 +11,8 @@ from helpers import save_module
 
 from gradaudit.api import AuditOptions, audit_saved_model
 
-THIRDPARTY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_models", "thirdparty")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+THIRDPARTY = os.path.join(ROOT, "sample_models", "thirdparty")
 
 
 @pytest.mark.parametrize("name", ["tfp_gamma_rsample", "tfp_beta_rsample"])
