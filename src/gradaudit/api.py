@@ -266,15 +266,16 @@ def _full_tracebacks() -> None:
 def _execute(report: _Draft, analysis, path: str, options: AuditOptions, key: str, proto=None) -> None:
     """The part of an audit that runs the model: numeric checks, then stability probes, on the model read
     once (`proto`, the static pass's parse) and loaded at most once in each precision."""
-    from .numeric.runner import ModelLoads
+    from .numeric.runner import ModelLoads, graphs_as_written
 
     _full_tracebacks()
     loads = ModelLoads(path, options.tags, key, proto)
     try:
-        _guard("running the numeric checks", report,
-               lambda: _run_numeric(report, path, options, key, analysis, loads))
-        _guard("running the stability probes", report,
-               lambda: _run_stability(report, analysis, path, options, key, loads))
+        with graphs_as_written():
+            _guard("running the numeric checks", report,
+                   lambda: _run_numeric(report, path, options, key, analysis, loads))
+            _guard("running the stability probes", report,
+                   lambda: _run_stability(report, analysis, path, options, key, loads))
     finally:
         loads.close()
 
@@ -362,9 +363,13 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
         _check_inputs(sig, options)
     if _may_execute(report, options):
         report.seed, report.inputs_given = options.seed, bool(options.inputs_file)
+        from .numeric.runner import graphs_as_written
+
         _full_tracebacks()
-        _guard("running the numeric checks", report, lambda: _run_numeric_traced(report, traced, options, analysis))
-        _guard("running the stability probes", report, lambda: _probe_traced(report, traced, options))
+        with graphs_as_written():
+            _guard("running the numeric checks", report,
+                   lambda: _run_numeric_traced(report, traced, options, analysis))
+            _guard("running the stability probes", report, lambda: _probe_traced(report, traced, options))
         report.isolation = Isolation(None, None, None, None, (f"a {traced.kind} target runs in gradaudit's own "
                                                               "process: no sandbox, memory limit or time budget",))
     return _finish(report)
@@ -458,15 +463,20 @@ def _run_numeric(report: _Draft, path: str, options: AuditOptions, key: str, ana
                                      analysis=analysis, loads=loads))
 
 
-def _stability_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None):
-    from .stability import DEFAULT_SCALES, StabilityOptions, run_stability
+def _stability_options(options: AuditOptions):
+    from .stability import DEFAULT_SCALES, StabilityOptions
 
     numeric = _numeric_options(options)
     if not options.inputs_file:  # the ladder needs no batch: one example halves its cost on large models
         numeric = replace(numeric, batch_size=1)
+    return StabilityOptions(numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order)
+
+
+def _stability_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None):
+    from .stability import run_stability
+
     say("stability probes" + (" and second order" if options.order == 2 else ""))
-    return run_stability(path, options.tags, key, analysis, StabilityOptions(
-        numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order), loads)
+    return run_stability(path, options.tags, key, analysis, _stability_options(options), loads)
 
 
 def _add_stability_notes(report: _Draft, outcome) -> None:

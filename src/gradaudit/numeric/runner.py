@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,6 +258,22 @@ class Runner:
         """Variables back to the base point after a line was evaluated."""
         for v, b in zip(self.vars, self.var_base):
             v.assign(b)
+
+
+@contextmanager
+def graphs_as_written() -> Iterator[None]:
+    """Grappler off while the audit runs the model, and as it was after. Each function the audit traces
+    runs a handful of times, so optimising it costs more than it saves (a ResNet50's gradient graph: about
+    2 s each, a few times per audit), and the ops that run are the ones the graph holds, the ones findings
+    name. Functions instantiated before keep their optimisations."""
+    import tensorflow as tf
+
+    before = bool(tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False))
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
 
 
 class ModelLoads:
