@@ -417,7 +417,8 @@ def _probe_traced(report: _Draft, traced, options: AuditOptions) -> None:
               if f.op and (f.confirmed_by or f.probed)}
     report.findings[:] = [renamed(judged[f.rule, f.op.op_name]) if f.op and (f.rule, f.op.op_name) in judged
                           else f for f in report.findings]
-    report.findings.extend(renamed(f) for f in outcome.findings)  # what the probes found on the copy
+    # what the probes found on the copy
+    report.findings.extend(_not_yet_reported(report, [renamed(f) for f in outcome.findings]))
     _add_stability_notes(report, outcome)
 
 
@@ -485,11 +486,24 @@ def _add_stability_notes(report: _Draft, outcome) -> None:
         report.incomplete.append(f"stability probes stopped: {outcome.stopped}")
 
 
+def _not_yet_reported(report: _Draft, findings: list) -> list:
+    """The probes' findings without the gradient mismatches the numeric checks already reported for the same
+    sources and op: one wrong gradient seen at the synthesised point and again at a probe point is one
+    finding (the probe point's row stays in the numeric table)."""
+
+    def op_key(f):
+        return (f.op.op_type, f.op.op_name) if f.op else None
+
+    known = {(op_key(f), s) for f in report.findings if f.rule == "gradient-mismatch" for s in f.sources}
+    return [f for f in findings if f.rule != "gradient-mismatch" or not f.sources
+            or not all((op_key(f), s) in known for s in f.sources)]
+
+
 def _run_stability(report: _Draft, analysis, path: str, options: AuditOptions, key: str, loads=None) -> None:
     outcome = _stability_outcome(analysis, path, options, key, loads)
     report.stability.extend(outcome.results)
     report.numeric.extend(outcome.numeric)
-    report.findings[:] = outcome.confirm(report.findings) + outcome.findings
+    report.findings[:] = outcome.confirm(report.findings) + _not_yet_reported(report, outcome.findings)
     _add_stability_notes(report, outcome)
 
 

@@ -78,3 +78,17 @@ def test_zero_autodiff_still_has_a_relative_threshold():
     both_zero = Estimate(delta=0.0, bound=1e-4, step=1e-2, sigma=1e-6, scale=0.0, autodiff=0.0, flat=False,
                          jumpy=False, kinky=False, evaluations=14)
     assert both_zero.rel_threshold(1e-5) == math.inf
+
+
+def test_one_wrong_gradient_seen_at_several_points_is_one_finding():
+    """jax_custom_vjp_wrong's saved gradient is 1% off everywhere: the synthesised point and the probe points
+    all fail for x, with the same op at fault; the report has one finding for it and every failing row."""
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    path = os.path.join(os.path.dirname(FIXTURE), "jax_custom_vjp_wrong")
+    r = audit_saved_model(path, AuditOptions())
+    mismatches = [f for f in r.findings if f.rule == "gradient-mismatch"]
+    assert len(mismatches) == 1 and mismatches[0].sources == ("x",)
+    assert not mismatches[0].message.startswith("At the probe point")
+    failing = [n for n in r.numeric if n.source == "x" and n.status == "fail"]
+    assert {n.scale for n in failing} >= {None, 100.0}  # the base point and a probe point both failed
