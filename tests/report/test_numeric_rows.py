@@ -96,3 +96,14 @@ def test_a_real_audit_folds_what_float32_cannot_decide():
     assert all(f"{row.count} probe-point checks," in text for row in rows)
     data = json.loads(json_report.render(r))
     assert len(data["numeric"]) == len(r.numeric)
+
+
+def test_a_long_precision_reason_is_shortened_in_the_tables_only():
+    long = ("the model's own precision: the float64 copy does not run: InvalidArgumentError: Error refining "
+            "argument shapes: refinement element types must match in tensor<4x2xf32> -> tensor<4x2xf64>")
+    n = NumericResult("x", "y", "pass", 1e-6, 1e-3, "float32", 12, precision_reason=long)
+    (row,) = numeric_rows([n])
+    assert row.details() == "the model's own precision: the float64 copy does not run (the notes say why)"
+    assert row.result.precision_reason == long  # the JSON keeps it whole
+    short = NumericResult("x", "y", "pass", 1e-6, 1e-3, "float32", 12, precision_reason="float64 copy of the model")
+    assert numeric_rows([short])[0].details() == "float64 copy of the model"

@@ -42,8 +42,19 @@ class NumericRow:
         return said
 
     def details(self) -> str:
-        """reason and precision reason on one line."""
-        return "; ".join(r for r in (self.reason, self.result.precision_reason) if r)
+        """reason and precision reason on one line; a long precision reason (TensorFlow's error when the float64
+        copy cannot run) in its first two clauses: the notes give it whole, once, and the JSON in every row."""
+        return "; ".join(r for r in (self.reason, _short(self.result.precision_reason)) if r)
+
+
+def _short(precision: str | None, width: int = 80) -> str | None:
+    """"the model's own precision: the float64 copy does not run: InvalidArgumentError: ..." ->
+    "the model's own precision: the float64 copy does not run (the notes say why)"."""
+    if precision is None or len(precision) <= width:
+        return precision
+    head, _, rest = precision.partition(": ")
+    cause = rest.split(": ")[0]
+    return f"{head}: {cause} (the notes say why)" if cause and len(head) + len(cause) < width else precision
 
 
 def numeric_rows(results: Sequence[NumericResult]) -> list[NumericRow]:
