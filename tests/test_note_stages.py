@@ -30,3 +30,14 @@ def test_notes_name_their_stage_and_round_trip():
     jsonschema.validate(doc, json_report.schema())
     again = report_from_dict(json.loads(json.dumps(doc)))
     assert again.notes == r.notes and again.note_stages == r.note_stages
+
+
+def test_the_draft_carries_every_field_of_the_report_but_the_policy():
+    """The Report is built from the draft's fields by name: a Report field the draft lacks would silently keep
+    its default."""
+    from dataclasses import fields
+
+    from gradaudit.api import _Draft
+    from gradaudit.model import Report
+
+    assert {f.name for f in fields(Report)} - {f.name for f in fields(_Draft)} == {"fail_on"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .errors import GradauditError, InternalError
@@ -70,11 +70,12 @@ class _Draft:
                 self.note_stages.append(stage)
 
     def build(self) -> Report:
-        return Report(target=self.target, sources=list(self.sources), outputs=list(self.outputs),
-                      flow=list(self.flow), findings=list(self.findings), numeric=list(self.numeric),
-                      stability=list(self.stability), notes=list(self.notes), note_stages=list(self.note_stages),
-                      seed=self.seed,
-                      paths=list(self.paths), incomplete=list(self.incomplete), isolation=self.isolation)
+        """The Report of every field the draft shares with it (lists copied); the others keep their defaults
+        (`fail_on`: the policy sets it)."""
+        mine = {f.name for f in fields(self)}
+        values: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(Report) if f.name in mine}
+        copied: dict[str, Any] = {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
+        return Report(**copied)
 
 
 def _rules_check(analysis, report: _Draft) -> list:
