@@ -209,9 +209,28 @@ def test_inputs_file_gives_the_point(models, tmp_path):
     path = models("sqrt")
     npz = tmp_path / "inputs.npz"
     np.savez(npz, x=np.array([[0.5, 1.0, 2.0], [3.0, 1.5, 0.7]], dtype=np.float32))
-    assert status(audit(path, inputs_file=str(npz)), "x") == "pass"
-    # At N(0, 1) inputs, sqrt of negative numbers is NaN: no verdict can be reached.
-    assert status(audit(path), "x") != "pass"
+    given = audit(path, inputs_file=str(npz))
+    assert status(given, "x") == "pass" and not any("absolute values" in n for n in given.notes)
+    # At N(0, 1) inputs, sqrt of negative numbers is NaN: the checks run at their absolute values, and say so.
+    synthesised = audit(path)
+    assert status(synthesised, "x") == "pass"
+    assert any("ran at their absolute values (x)" in n for n in synthesised.notes)
+
+
+def test_a_point_outside_the_domain_either_way_stays_inconclusive(tmp_path):
+    import tensorflow as tf
+
+    class FarDomain(tf.Module):  # finite only for x > 100: neither N(0, 1) nor its absolute values are
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": tf.reduce_sum(tf.sqrt(x - 100.0), axis=-1)}
+
+    path = str(tmp_path / "far_domain")
+    tf.saved_model.save(FarDomain(), path)
+    outcome = audit(path)
+    (x,) = outcome.results
+    assert x.status == "inconclusive" and "NaN or Inf at the checked point" in x.reason
+    assert not any("absolute values" in n for n in outcome.notes)
 
 
 def test_unknown_rank_needs_a_shape(models):

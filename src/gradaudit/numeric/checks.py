@@ -131,6 +131,8 @@ class Checker:
         point are left out of every check: they are reported as nondeterministic, never as mismatches."""
         r = self.runner
         self.base_outputs = r.evaluate(0.0, self._zero)[1]
+        if not self._all_finite(self.base_outputs):
+            self._positive_point()
         everything = tuple(r.float_outputs)
         u_all = self.cotangent(everything)
         outputs, g_in, g_var = r.gradient(self._full(u_all))
@@ -153,6 +155,29 @@ class Checker:
                 u = self.cotangent(outs)
                 points[outs] = (u, self._gradient(u, self.base_outputs))
             self.check_group(group, *points[outs])
+
+    def _all_finite(self, outputs: dict[str, np.ndarray]) -> bool:
+        return all(np.all(np.isfinite(np.asarray(outputs[o], np.float64))) for o in self.runner.float_outputs)
+
+    def _positive_point(self) -> None:
+        """The synthesised N(0, 1) point is outside the model's domain (NaN or Inf outputs: the log-density of a
+        positive distribution, a square root): the checks run at its absolute values instead when the outputs
+        are finite there, and a note says so. Inputs given with --inputs and inputs with a known domain (labels,
+        token ids) stay as they are."""
+        r = self.runner
+        inputs, var_base = r.snapshot()
+        flipped = [n for n in r.input_sources if n not in self.s.given and n not in self.s.domains.inputs]
+        if not flipped:
+            return
+        moved = {k: (np.abs(np.asarray(v)) if k in flipped else v) for k, v in inputs.items()}
+        r.move_to(moved, var_base)
+        outputs = r.evaluate(0.0, self._zero)[1]
+        if not self._all_finite(outputs):
+            r.move_to(inputs, var_base)  # not that either: the checks say the point is not finite
+            return
+        self.base_outputs = outputs
+        self.notes.append(f"The synthesised inputs give NaN or Inf outputs; the checks ran at their absolute values "
+                          f"({', '.join(flipped)}), where the outputs are finite: give real examples with --inputs.")
 
     def _nondeterministic(self, again: list[dict[str, np.ndarray]], groups: list[Group],
                           random_ops: list[str]) -> set[str]:
