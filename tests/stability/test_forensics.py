@@ -102,3 +102,31 @@ def test_a_nan_made_inside_a_while_loop_names_the_op_in_its_body(tmp_path):
     assert "While" in f.message
     (lint,) = [f for f in r.findings if f.rule == "sqrt-at-zero"]
     assert lint.severity.value == "error" and "Confirmed by the stability probes" in lint.message
+
+
+def test_a_nan_gradient_made_from_a_forward_overflow_names_the_op_that_overflowed(tmp_path):
+    """log(1 + exp(h)) overflows to inf where h > 88.7 and tanh after it keeps the output finite; the gradient
+    of w2 is then inf * 0 = NaN in the backward of the MatMul that reads it. The op to fix is the Exp."""
+    import tensorflow as tf
+    from helpers import save_module
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    class SoftplusTanh(tf.Module):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.w1 = tf.Variable(rng.standard_normal((3, 4)).astype("float32"), name="w1")
+            self.w2 = tf.Variable(rng.standard_normal((4, 1)).astype("float32"), name="w2")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            a = tf.math.log(1.0 + tf.exp(x @ self.w1))
+            return {"y": tf.tanh(a @ self.w2)}
+
+    r = audit_saved_model(save_module(SoftplusTanh(), str(tmp_path / "softplus_tanh")),
+                          AuditOptions(probe_scales=(1.0, 100.0)))
+    (cell,) = [s for s in r.stability if s.source in ("w2", "*") and s.scale == 100.0]
+    assert cell.status == "nonfinite_gradient" and cell.op_type == "Exp"
+    assert "in the forward pass" in cell.detail and "MatMul" in cell.detail
+    unstable = [f for f in r.findings if f.rule == "unstable-gradient"]
+    assert unstable and all(f.op.op_type == "Exp" for f in unstable)

@@ -341,6 +341,15 @@ class Forensics:
                 return inside
             return Culprit(ref, f"the custom gradient {grad_fn} of {op.type} '{ref.op_name}' received "
                                 f"{received} and returned a non-finite gradient from finite upstream gradients")
+        if not all(np.all(np.isfinite(v)) for v in ins):
+            # A non-finite forward value (an overflow upstream, which the outputs did not show: a saturating
+            # tanh after it) made the NaN here, as inf * 0: the op to fix is the one that overflowed.
+            tensors = self._float_tensors()  # every forward value (`values` holds those with a gradient)
+            origin = self._first_overflow(self._ops, dict(zip((t.name for t in tensors), run(tensors))), self._ref)
+            if origin is not None and origin.op != ref:
+                return Culprit(origin.op, f"{origin.detail} in the forward pass; that value reaches {op.type} "
+                                          f"'{ref.op_name}', whose backward turned finite upstream gradients into "
+                                          "NaN/Inf", (ref,))
         return Culprit(ref, f"{op.type} received {received}; its backward turned finite upstream gradients "
                             "into NaN/Inf")
 
