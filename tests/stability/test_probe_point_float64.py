@@ -99,3 +99,55 @@ def test_without_float64_the_probe_points_stay_inconclusive_and_are_kept(sin_aud
     assert rows and {n.status for n in rows} == {"inconclusive"} and {n.dtype for n in rows} == {"float32"}
     assert all(n.scale is not None and n.reason for n in rows)
     assert "gradient-mismatch" not in {f.rule for f in outcome.findings}
+
+
+def _scaled_activation(path: str, factor: float) -> str:
+    """y = (a * h * tanh(h)) @ V with h = x @ W (small W: |h| < 3 at N(0, 1) inputs) and a custom gradient
+    whose input gradient is exact and whose gradient for the trainable `a` is multiplied by `factor` where
+    |h| > 3: only a variable's check at a large probe point can see it."""
+    import numpy as np
+    import tensorflow as tf
+
+    class M(tf.Module):
+        def __init__(self):
+            r = np.random.default_rng(12)
+            self.W = tf.Variable((r.standard_normal((4, 6)) * 0.15).astype("float32"), name="W")
+            self.a = tf.Variable(np.full(6, 1.3, "float32"), name="a")
+            self.V = tf.Variable(r.standard_normal((6, 2)).astype("float32"), name="V")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def __call__(self, x):
+            a = self.a
+
+            @tf.custom_gradient
+            def act(h):
+                def grad(dy, variables=None):
+                    t = tf.tanh(h)
+                    wrong = tf.where(tf.abs(h) > 3, factor, 1.0)
+                    return dy * a * (t + h * (1 - t * t)), [tf.reduce_sum(dy * h * t * wrong, axis=0)]
+
+                return a * h * tf.tanh(h), grad
+
+            return {"y": act(x @ self.W) @ self.V}
+
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.__call__},
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+    return path
+
+
+@pytest.mark.parametrize("factor", [1.0, 1.01])
+def test_a_weight_whose_custom_gradient_is_wrong_only_for_large_activations(tmp_path, factor):
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    r = audit_saved_model(_scaled_activation(str(tmp_path / "scaled"), factor), AuditOptions())
+    base = [n for n in r.numeric if n.scale is None]
+    assert {n.status for n in base} == {"pass"}  # the synthesised point cannot see it
+    probed = [n for n in r.numeric if n.scale is not None and n.source not in ("x",)]
+    assert probed, "the variables are checked at the probe points (the model has a custom gradient)"
+    mismatches = [f for f in r.findings if f.rule == "gradient-mismatch"]
+    if factor == 1.0:
+        assert not mismatches and {n.status for n in probed} <= {"pass", "inconclusive"}
+    else:
+        assert [f.sources for f in mismatches] == [("a",)] and r.verdict() == "fail"
+        assert any(n.source == "a" and n.status == "fail" and abs(n.rel_error - 0.0099) < 5e-4 for n in probed)

@@ -266,18 +266,10 @@ def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: Num
         groups.extend(Group(n, outs, inputs=[n]) for outs in outs_groups)
         if not outs_groups:
             results.append(_skipped(n, "*", "no gradient path to a float output (static pass)"))
-    by_outputs: dict[tuple[str, ...], list[int]] = {}
-    unconnected = 0
-    for i, (name, _var) in enumerate(variables):
-        outs_groups = plan.output_groups(name)
-        for outs in outs_groups:
-            by_outputs.setdefault(outs, []).append(i)
-        if not outs_groups:
-            unconnected += 1
+    var_groups, unconnected = variable_groups(plan, [name for name, _var in variables])
     if unconnected:
         notes.append(f"{unconnected} trainable variable(s) have no gradient path to a float output: not checked.")
-    for outs, idx in by_outputs.items():
-        groups.append(Group(variables[idx[0]][0] if len(idx) == 1 else ALL_VARIABLES, outs, variables=idx))
+    groups.extend(var_groups)
     if not groups:
         return NumericOutcome(results, [], notes)
 
@@ -295,6 +287,21 @@ def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: Num
             raise _Float64Failed(f"the float64 copy does not run: {exc}", str(exc)) from exc
         return _model_error(exc, groups, plan, dtype, results, notes)
     return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
+
+
+def variable_groups(plan: Plan, names: list[str]) -> tuple[list[Group], int]:
+    """The checks of the variables `names` (Runner.vars in that order): one per group of outputs they reach,
+    the variables together ("*") unless one alone; and how many reach no float output."""
+    by_outputs: dict[tuple[str, ...], list[int]] = {}
+    unconnected = 0
+    for i, name in enumerate(names):
+        outs_groups = plan.output_groups(name)
+        for outs in outs_groups:
+            by_outputs.setdefault(outs, []).append(i)
+        if not outs_groups:
+            unconnected += 1
+    return [Group(names[idx[0]] if len(idx) == 1 else ALL_VARIABLES, outs, variables=idx)
+            for outs, idx in by_outputs.items()], unconnected
 
 
 def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,

@@ -28,7 +28,7 @@ DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e2, 3e2, 6e2, 1e4)
 # (scale, sign) of the probe points where the gradient is also checked against finite differences: large
 # inputs, where hand-written gradients go wrong (in float32 tiny ones only show rounding noise). The
 # synthesised input has elements of both signs, so each point covers large positive and negative values;
-# two points keep the cost at two sweeps (a ResNet50 audit: about 12 s of 80 here).
+# two points keep the cost at two sweeps (a ResNet50 audit: about 5 s of 45 here).
 CHECKED = ((1e2, 1), (6e2, -1))
 # Rows of one batched gradient pass over the ladder's points (the base point's rows included).
 BATCH_ROWS = 32
@@ -374,26 +374,30 @@ class Prober:
             return [bool(ok) and next(again) for ok in rows_ok[1:]]
         return [bool(x) for x in rows_ok[1:]]
 
-    def sit_at(self, config: tuple[str, ...], scale: float, sign: int) -> None:
-        """Move the model's runner to a probe point (what `check_at` reads), if a batched pass skipped it."""
-        self.gradients(self.point(config, scale, sign), with_variables=False)
+    def variables_at_probe_points(self) -> bool:
+        """Whether the probe-point checks also check the variables: when the model holds custom gradients, whose
+        gradient for a weight can be wrong only for large activations as well as for an input (TensorFlow's
+        registered gradients are not checked there again: a ResNet50's variables would cost two more sweeps
+        moving 25M parameters)."""
+        return bool(self.var_names) and bool(self.info.custom_gradients)
 
     def check_at(self, inputs: list[str], scale: float, sign: int) -> None:
-        """Check the gradient of every input in `inputs` against finite differences at a probe point: on the
-        float64 copy when one runs (the numeric checks' own, already loaded: rounding hides nothing there,
-        where float32 cannot decide for an output that oscillates or cancels at large scales), else in the
-        model's own precision."""
+        """Check the gradient of every input in `inputs` (and of the variables, `variables_at_probe_points`)
+        against finite differences at a probe point: on the float64 copy when one runs (the numeric checks'
+        own, already loaded: rounding hides nothing there, where float32 cannot decide for an output that
+        oscillates or cancels at large scales), else in the model's own precision."""
         if self.plan.native != "float64":
             exact = self._float64_checks(None, inputs, scale, sign)
             if exact is not None:
                 self.checked.extend(replace(r, scale=sign * scale, precision_reason="float64 copy of the model")
                                     for r in exact)
                 return
-        self.sit_at(tuple(inputs), scale, sign)
+        with_variables = self.variables_at_probe_points()
+        self.gradients(self.point(tuple(inputs), scale, sign), with_variables=with_variables)
         if self._last is None:
             return
-        native = self._check_groups(self.runner(None, False, False), self._last, inputs, scale, sign, self.plan.native,
-                                    None)
+        native = self._check_groups(self.runner(None, False, with_variables), self._last, inputs, scale, sign,
+                                    self.plan.native, None)
         why = "the stability probes run the model in its own precision"
         self.checked.extend(replace(r, scale=sign * scale, precision_reason=why) for _, r in native)
 
@@ -402,11 +406,12 @@ class Prober:
         """One result per group (None: every input of `inputs` with its output groups), checked on the
         float64 copy at the probe point; None without a copy that runs."""
         point = self.point(tuple(inputs), scale, sign)
-        # the inputs' checks: a runner without the variables' gradients, moved to the point
-        if self._float64_gradients(point, None, with_variables=False) is None or self._last64 is None:
+        # a runner without the variables' gradients unless they are checked too, moved to the point
+        with_variables = self.variables_at_probe_points()
+        if self._float64_gradients(point, None, with_variables=with_variables) is None or self._last64 is None:
             return None
-        results = self._check_groups(self.runner(None, True, False), self._last64, inputs, scale, sign, "float64",
-                                     groups)
+        results = self._check_groups(self.runner(None, True, with_variables), self._last64, inputs, scale, sign,
+                                     "float64", groups)
         return [r for _, r in results]
 
     def _check_groups(self, runner, at: tuple, inputs: list[str], scale: float, sign: int, dtype: str,
@@ -414,7 +419,7 @@ class Prober:
         """(group, result) of each check at the point `at` = (outputs, input gradients, variable gradients)
         the runner sits at: `groups`, or every input of `inputs` with its output groups."""
         from ..numeric.checks import Checker, Group, Point, Settings
-        from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION
+        from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION, variable_groups
         from ..numeric.sweep import ladder_for
 
         out, g_in, g_var = at
@@ -448,17 +453,22 @@ class Prober:
             checker.check_group(group, *at_outputs(tuple(group.outputs)))
             checked.extend((group, r) for r in checker.results[before:])
 
-        for group in groups if groups is not None else [Group(n, outs, inputs=[n])
-                                                        for n in inputs for outs in self.plan.output_groups(n)]:
+        if groups is None:
+            groups = [Group(n, outs, inputs=[n]) for n in inputs for outs in self.plan.output_groups(n)]
+            if runner.vars:  # the variables too (`variables_at_probe_points`), in the runner's order
+                groups += variable_groups(self.plan, runner.var_names)[0]
+            split = True
+        else:
+            split = False
+        for group in groups:
             before = len(checked)
             check(group)
-            if groups is None and len(group.outputs) > 1 and all(
-                    r.status == "inconclusive" for _, r in checked[before:]):
+            if split and len(group.outputs) > 1 and all(r.status == "inconclusive" for _, r in checked[before:]):
                 # one output oscillating or saturating at this scale must not hide another's wrong
                 # gradient: check them one by one
                 del checked[before:]
                 for o in group.outputs:
-                    check(Group(group.source, (o,), inputs=list(group.inputs)))
+                    check(Group(group.source, (o,), inputs=list(group.inputs), variables=list(group.variables)))
         where = f"inputs × {sign * scale:g} (stability probes{', float64 copy' if f64 else ''})"
         reported = {s for f in self.mismatches for s in f.sources}
         for f in checker.findings:
