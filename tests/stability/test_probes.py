@@ -191,3 +191,49 @@ def test_op_inside_a_frozen_while_loop_is_located(tmp_path):
     assert "is the only op in its body whose backward can" in f.message and "While" in f.message
     assert stability(r, "x", "y", 0.0).status == "nonfinite_gradient"
     assert not any("could not be located" in n for n in r.notes)
+
+
+class _SoftplusAndLinear:
+    """softplus = log(1 + exp(x @ w)) (overflows for x @ w > 88.7 in float32) and linear = x @ v, one signature."""
+
+    @staticmethod
+    def save(path: str) -> str:
+        import tensorflow as tf
+        from helpers import save_module
+
+        class M(tf.Module):
+            def __init__(self):
+                self.w = tf.Variable([[10.0], [1.0]], name="w")
+                self.v = tf.Variable([[0.5], [-0.5]], name="v")
+
+            @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+            def __call__(self, x):
+                return {"softplus": tf.math.log(1.0 + tf.exp(x @ self.w)), "linear": tf.tanh(x @ self.v)}
+
+        return save_module(M(), path)
+
+
+def test_the_inputs_given_with_inputs_are_probed_as_given(tmp_path):
+    """The ladder scales the inputs normalised to a largest magnitude of 1; the given point (x @ w = 100, where
+    float32's exp overflows) is probed too, and the findings say so."""
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    npz = tmp_path / "big.npz"
+    np.savez(npz, x=np.full((2, 2), 50.0, dtype=np.float32))
+    r = audit_saved_model(_SoftplusAndLinear.save(str(tmp_path / "m")),
+                          AuditOptions(inputs_file=str(npz), probe_scales=(1.0,)))
+    assert {s.status for s in r.stability} == {"ok"}  # the ladder's point x/50 is healthy
+    forward = finding(r, "nonfinite-forward")
+    assert "the inputs given with --inputs" in forward.message and forward.op.op_type == "Exp"
+    without = audit_saved_model(_SoftplusAndLinear.save(str(tmp_path / "m2")), AuditOptions(probe_scales=(1.0,)))
+    assert "nonfinite-forward" not in rules_of(without)
+
+
+def test_a_nan_made_in_another_outputs_backward_says_so(tmp_path):
+    """At x × 100 softplus overflows: its backward makes 0 × inf = NaN, and TensorFlow runs the whole signature's
+    backward for linear's gradient too. linear's own ops are healthy: the finding says where the NaN comes from."""
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    r = audit_saved_model(_SoftplusAndLinear.save(str(tmp_path / "m")), AuditOptions(probe_scales=(1.0, 100.0)))
+    (linear,) = [f for f in r.findings if f.rule == "unstable-gradient" and f.outputs == ("linear",)]
+    assert linear.op is None and "another output's backward" in linear.message

@@ -32,6 +32,8 @@ DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e2, 3e2, 6e2, 1e4)
 CHECKED = ((1e2, 1), (6e2, -1))
 # Rows of one batched gradient pass over the ladder's points (the base point's rows included).
 BATCH_ROWS = 32
+# The `scale` of an observation at the inputs given with --inputs (not a rung of the ladder).
+GIVEN = -1.0
 
 # What one (source, output) pair did at one probe point, least to most severe.
 OK, DOMAIN, OVERFLOW, FORWARD, GRADIENT = range(5)
@@ -55,6 +57,8 @@ class Observation:
         return self.kind in (FORWARD, GRADIENT)
 
     def where(self, all_inputs: list[str]) -> str:
+        if self.scale == GIVEN:
+            return "the inputs given with --inputs"
         scaled = "all float inputs" if set(self.config) == set(all_inputs) else "only " + ", ".join(self.config)
         return f"{scaled} × {'-' if self.sign < 0 else ''}{self.scale:g}"
 
@@ -263,7 +267,9 @@ class Prober:
 
     # -- one probe point ---------------------------------------------------------------------------
     def observe(self, config: tuple[str, ...], scale: float, sign: int) -> dict[tuple[str, str], Observation]:
-        point = self.point(config, scale, sign)
+        """What every (source, output) pair does at the probe point (config, scale, sign), or (scale GIVEN) at
+        the base point itself: the inputs given with --inputs."""
+        point = dict(self.base) if scale == GIVEN else self.point(config, scale, sign)
         out, grads = self.gradients(point)
         per_output = dict.fromkeys(self.plan.float_outputs, (out, grads))
         if len(per_output) > 1 and any(nonfinite(g) for g in grads.values()):
@@ -498,7 +504,12 @@ class Prober:
         culprit = self.culprit(("gradient", output, config, scale, sign),
                                lambda: self.forensics.backward(point, output, self.u[output]),
                                self.suspects(config, output))
-        return Observation(GRADIENT, scale, sign, config, value, culprit=culprit)
+        note = ""
+        if culprit is None and len(self.plan.float_outputs) > 1:
+            note = ("with several outputs TensorFlow runs the backward of the whole signature function (zero "
+                    "cotangents for the other outputs), so a NaN/Inf made in another output's backward (0 × inf) "
+                    "reaches this gradient; look at the findings on the other outputs first")
+        return Observation(GRADIENT, scale, sign, config, value, culprit=culprit, note=note)
 
 
 def run_ladder(prober: Prober, scales) -> LadderOutcome:
@@ -524,6 +535,10 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
                     reported.append((s, o, obs))
             if (scale, sign) in CHECKED and config == configs[0] and all(obs.kind == OK for obs in seen.values()):
                 prober.check_at(list(config), scale, sign)
+    if prober.given and inputs:
+        # The ladder scales the inputs normalised to a largest magnitude of 1: the given point itself is not on
+        # it, and the model as saved may overflow there while the float64 checks at that point pass.
+        reported += [(s, o, obs) for (s, o), obs in prober.observe(tuple(inputs), GIVEN, 1).items() if obs.reported]
     # Variables are not scaled: with several, one row per (output, scale) stands for all of them, as in the
     # numeric checks ("*"), and names those that went wrong.
     label = dict.fromkeys(prober.var_names, ALL_VARIABLES) if len(prober.var_names) > 1 else {}

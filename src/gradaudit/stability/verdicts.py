@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..model import Finding, OpRef
 from ..rules import hazards as rules
 from ..static.hazards import Hazard
-from .probes import GRADIENT, Observation
+from .probes import GIVEN, GRADIENT, Observation
 
 
 def values_text(values: set[str]) -> str:
@@ -18,7 +18,9 @@ def values_text(values: set[str]) -> str:
 
 
 def _scales(obs: list[Observation]) -> str:
-    return ", ".join(f"{s:g}" for s in sorted({o.scale for o in obs}))
+    """"100, 300", with "the inputs given with --inputs" for an observation made there."""
+    said = [f"{s:g}" for s in sorted({o.scale for o in obs} - {GIVEN})]
+    return ", ".join(said + (["the inputs given with --inputs"] if any(o.scale == GIVEN for o in obs) else []))
 
 
 def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[str],
@@ -75,7 +77,7 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
                 text += f"; {'their gradients stay' if several else 'its gradient stays'} finite there"
             rule = rules.NonfiniteForward
         if first.culprit is None or op is None:
-            text += ". The op at fault could not be located."
+            text += ". The op at fault could not be located" + (f": {first.note}." if first.note else ".")
         else:
             text += f". First non-finite value from {op.label}: {first.culprit.detail}."
             inside = set(first.culprit.suspects)
