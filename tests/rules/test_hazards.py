@@ -80,6 +80,8 @@ def zoo(tmp_path_factory):
                 "div_by_square": y / tf.square(x),
                 "div_by_scaled_square": y / (2.0 * x * x),
                 "div_by_constant_square": x / (2.0 * c ** 2),
+                "div_by_sum_of_squares": y / tf.reduce_sum(x * x, axis=-1, keepdims=True),
+                "div_by_sum_of_squares_plus_eps": y / (tf.reduce_sum(x * x, axis=-1, keepdims=True) + 1e-6),
             }
 
     from gradaudit.api import AuditOptions, audit_saved_model
@@ -97,6 +99,7 @@ def zoo(tmp_path_factory):
     ("sqrt_of_input", None),
     ("div_by_square", "squared-denominator"), ("div_by_scaled_square", "squared-denominator"),
     ("div_by_constant_square", None),
+    ("div_by_sum_of_squares", "squared-denominator"), ("div_by_sum_of_squares_plus_eps", None),
 ])
 def test_pattern_variants(zoo, output, rule):
     by_output, _ = zoo
@@ -105,7 +108,7 @@ def test_pattern_variants(zoo, output, rule):
 
 def test_each_variant_is_one_finding(zoo):
     by_output, count = zoo
-    assert count == len(by_output) == 9
+    assert count == len(by_output) == 10
 
 
 def test_every_hazard_rule_is_registered_with_its_docs():

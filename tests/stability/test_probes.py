@@ -237,3 +237,29 @@ def test_a_nan_made_in_another_outputs_backward_says_so(tmp_path):
     r = audit_saved_model(_SoftplusAndLinear.save(str(tmp_path / "m")), AuditOptions(probe_scales=(1.0, 100.0)))
     (linear,) = [f for f in r.findings if f.rule == "unstable-gradient" and f.outputs == ("linear",)]
     assert linear.op is None and "another output's backward" in linear.message
+
+
+def test_a_division_by_a_sum_of_squares_is_confirmed_and_its_fix_is_about_the_denominator(tmp_path):
+    """h / reduce_sum(h * h): at inputs of size 1e-30 the sum underflows to 0 in float32 and the output is inf,
+    while the float64 value is representable in float32. The lint is confirmed; the probe's fix names the
+    denominator, not the stable forms of exp and log."""
+    import tensorflow as tf
+    from helpers import save_module
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    class Ratio(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(np.random.default_rng(3).standard_normal((4, 4)).astype("float32"), name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def __call__(self, x):
+            h = x @ self.w
+            return {"ratio": h / tf.reduce_sum(h * h, axis=-1, keepdims=True)}
+
+    r = audit_saved_model(save_module(Ratio(), str(tmp_path / "ratio")), AuditOptions(probe_scales=(1.0, 1e-30)))
+    lint = finding(r, "squared-denominator")
+    assert lint.severity.value == "error" and "sum of squares" in lint.message and lint.confirmed_by
+    forward = finding(r, "nonfinite-forward")
+    assert forward.op.op_type == "RealDiv" and "denominator" in forward.fix and "softplus" not in forward.fix
+    assert r.verdict() == "fail"

@@ -146,7 +146,7 @@ SquaredDenominator = define(
     doc="""A division by a square, or a product with a reciprocal, whose gradient squares a tiny or huge value.
 
     ## What it does
-    Finds `x / b**2` (also `x / (b * b)`, `x / tf.square(b)`), forward or in a saved
+    Finds `x / b**2` (also `x / (b * b)`, `x / tf.square(b)`, `x / tf.reduce_sum(b * b)`), forward or in a saved
     custom-gradient function, and `x * tf.math.reciprocal(b)`, where b varies with a source.
 
     ## Why is this bad?

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..model import Finding, OpRef
 from ..rules import hazards as rules
 from ..static.hazards import Hazard
@@ -15,6 +17,19 @@ def values_text(values: set[str]) -> str:
     infs = values & {"inf", "-inf"}
     parts += ["±inf"] if len(infs) == 2 else sorted(infs)
     return " or ".join(parts)
+
+
+# The fix for the op a probe names, where the rule's general one (stable forms of exp and log) does not fit.
+_DIVISION = ("Keep the denominator away from zero: add an epsilon (x / (s + eps)), or use tf.math.divide_no_nan "
+             "where a zero denominator should give a zero result.")
+_FIX_BY_OP = {
+    **dict.fromkeys(("RealDiv", "Div", "DivNoNan", "Reciprocal", "Inv", "Xdivy", "FloorDiv", "TruncateDiv"),
+                    _DIVISION),
+    **dict.fromkeys(("Sqrt", "Rsqrt"), "Add an epsilon under the square root (sqrt(s + eps)), or take the square "
+                                       "root only where the argument is positive (a double tf.where)."),
+    **dict.fromkeys(("Log", "Xlogy"), "Keep the argument of the log positive (log(x + eps), a clip), or use the "
+                                      "log-space form of what it computes (log_sigmoid, log_softmax, logsumexp)."),
+}
 
 
 def _scales(obs: list[Observation]) -> str:
@@ -85,5 +100,7 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
                              if op in h.involved or inside & h.involved})
             if linted:
                 text += f" The hazard {', '.join(linted)} is reported there."
-        findings.append(rule.finding(text, op=op, sources=sources, outputs=outputs))
+        finding = rule.finding(text, op=op, sources=sources, outputs=outputs)
+        fix = _FIX_BY_OP.get(op.op_type) if op is not None else None
+        findings.append(replace(finding, fix=fix) if fix else finding)
     return findings, confirmations, probed

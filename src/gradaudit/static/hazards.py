@@ -310,8 +310,9 @@ def _squared_denominator(v: _View, node) -> list:
     if op in _DIV:
         base = _square_base(v, node.inputs[1][0])
         if base is not None and v.varies(base[0]):
+            what = "a sum of squares" if base[1].ref.op_type == "Sum" else "a square"
             return [(SquaredDenominator, node.ref, {node.ref, base[1].ref},
-                     f"{node.ref.label} divides by {base[1].ref.label}, a square: it underflows to 0 (or "
+                     f"{node.ref.label} divides by {base[1].ref.label}, {what}: it underflows to 0 (or "
                      "overflows) while the quotient is still representable")]
         return []
     for i in (0, 1):
@@ -325,11 +326,15 @@ def _squared_denominator(v: _View, node) -> list:
 
 
 def _square_base(v: _View, t: int, depth: int = 0):
-    """(b, the squaring op) when `t` is b**2, b*b or square(b), possibly times constants."""
+    """(b, the squaring op) when `t` is b**2, b*b or square(b), possibly times constants; (b, the Sum) when it is
+    a sum of such squares (h / reduce_sum(h * h))."""
     node = v.producer(t)
     if node is None or depth > 2:
         return None
     op = node.ref.op_type
+    if op == "Sum" and node.inputs:
+        inner = _square_base(v, node.inputs[0][0], depth + 1)
+        return (inner[0], node) if inner is not None else None
     if op == "Square" or op == "Pow" and v.const(node.inputs[1][0]) == 2.0:
         return node.inputs[0][0], node
     if op == "Mul" and len(node.inputs) == 2:
