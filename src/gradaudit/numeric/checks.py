@@ -490,8 +490,8 @@ class Checker:
         finding = rules.GradientMismatch.finding(
             f"The gradient of {label} with respect to {where} disagrees with finite differences: relative "
             f"error {est.rel_error:.2e} (error bound {est.rel_threshold(self.s.floor):.1e}, step {est.step:.1e}, "
-            f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), seen at "
-            f"two points.{advice.hint}", op=advice.op, sources=tuple(names), outputs=group.outputs)
+            f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), "
+            f"{rules.SEEN_TWICE}{advice.hint}", op=advice.op, sources=tuple(names), outputs=group.outputs)
         self.findings.append(replace(finding, fix=advice.fix) if advice.fix else finding)
 
     def _bisect(self, group: Group, u, confirming: Attempt) -> tuple[list[tuple[list[int], Estimate]], int]:

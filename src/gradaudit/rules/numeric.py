@@ -224,6 +224,19 @@ def mismatch_advice(custom_gradients: Sequence[OpRef], assuming: Sequence[OpRef]
 
 
 
+# Where a gradient-mismatch message's measurement ends and the advice on where to look begins.
+SEEN_TWICE = "seen at two points."
+
+
+def _custom_gradient_beside(findings: list, mismatch):
+    """The custom-gradient finding (GA107) on a path of the mismatch's pairs, if any."""
+    for f in findings:
+        if f.rule == "custom-gradient" and f.op is not None and set(f.sources) & set(mismatch.sources) and (
+                not mismatch.outputs or set(f.outputs) & set(mismatch.outputs)):
+            return f
+    return None
+
+
 def explain_mismatches(findings: list, numeric: list, variables: set[str],
                        float_outputs: tuple[str, ...] = ()) -> tuple[list, list]:
     """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
@@ -250,17 +263,32 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str],
 
     out_findings = []
     for f in findings:
-        cut = cut_for(f.sources[0], ",".join(f.outputs) or "*") if f.rule == "gradient-mismatch" and f.sources \
-            else None
+        # explained once (an audit that ran in a child is finished there and again here)
+        cut = cut_for(f.sources[0], ",".join(f.outputs) or "*") if (
+            f.rule == "gradient-mismatch" and f.sources and f.severity == Severity.ERROR) else None
         if cut is not None:
-            f = replace(f, severity=Severity.INFO, message=f"{f.message.rstrip('.')}. Expected: {cut.op.op_type} "
-                        f"'{cut.op.op_name}' explains it ({cut.code} {cut.rule}: {get_rule(cut.rule).summary})",
-                        fix=f"Nothing to do if {cut.op.short} is intended: the difference is what it does "
-                            f"(see {cut.code}).")
+            # the measurement, without the advice on where to look for a wrong gradient: the cut explains it
+            measured = f.message.split(SEEN_TWICE)[0] + SEEN_TWICE if SEEN_TWICE in f.message else f.message
+            custom = _custom_gradient_beside(findings, f)
+            if custom is not None:
+                # the cut explains a difference, but a custom gradient on the pair's other paths may add one:
+                # the check measures their sum and cannot tell them apart
+                f = replace(f, severity=Severity.WARNING, message=(
+                    f"{measured.rstrip('.')}. {cut.op.op_type} '{cut.op.op_name}' ({cut.code} {cut.rule}) makes the "
+                    f"gradient differ from the derivative on purpose, and the custom gradient of {custom.op.short} "
+                    f"lies on the pair's other paths: the check cannot tell a difference of the cut from a wrong "
+                    f"custom gradient."), fix=(
+                    f"Check the custom gradient of {custom.op.short} on its own (a model without "
+                    f"{cut.op.short}, or the function alone); nothing else to do if both are right."))
+            else:
+                f = replace(f, severity=Severity.INFO, message=f"{measured.rstrip('.')}. Expected: {cut.op.op_type} "
+                            f"'{cut.op.op_name}' explains it ({cut.code} {cut.rule}: {get_rule(cut.rule).summary})",
+                            fix=f"Nothing to do if {cut.op.short} is intended: the difference is what it does "
+                                f"(see {cut.code}).")
         out_findings.append(f)
     out_numeric = []
     for n in numeric:
-        cut = cut_for(n.source, n.output) if n.status == "fail" else None
+        cut = cut_for(n.source, n.output) if n.status == "fail" and n.expected_by is None else None
         if cut is not None:
             # a sampler's estimator cannot be judged by differences at a fixed seed: inconclusive, not a fail
             n = replace(n, status="inconclusive" if cut.rule == "sampler-gradient" else n.status,
