@@ -49,7 +49,8 @@ class Finding:
     # Set by configuration and baselines; a suppressed finding never fails a run.
     suppressed: str | None = None
     # A hazard lint the stability probes judged: where they saw it fail (`confirmed_by`), or where they
-    # reached its op and saw nothing go wrong (`probed`); both None when no probe reached it.
+    # reached its op and saw nothing go wrong (`probed`); both None when no probe reached it. On a
+    # gradient-mismatch, `confirmed_by` says that the cut on its pair was checked and does not explain it.
     confirmed_by: str | None = None
     probed: str | None = None
 

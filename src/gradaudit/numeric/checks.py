@@ -53,6 +53,10 @@ class Settings:
     # failure is looked at again at a nearby point there (the cost of a probe point stays one sweep).
     strict: bool = False
     given: frozenset[str] = frozenset()  # inputs read from --inputs
+    # (source, output) -> the stop_gradients that cross the pair while other paths connect it (Plan.stopped),
+    # and <grad, v> of the model with them made identities (runner.UncutDerivative; None: not available)
+    stopped: dict[tuple[str, str], str] = field(default_factory=dict)
+    uncut: Callable[..., float] | None = None
 
 
 @dataclass
@@ -80,6 +84,7 @@ class Attempt:
     est: Estimate
     point: Point
     var_dirs: dict[int, np.ndarray]
+    in_dirs: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _np(t) -> np.ndarray | None:
@@ -307,7 +312,7 @@ class Checker:
         kind = sweep.classify(est, self.s.floor, self.s.resolution)
         if kind == "fail" and self.s.strict and not est.rel_bound <= self.s.resolution:
             kind = "unresolved"
-        return Attempt(kind, est, point, var_dirs)
+        return Attempt(kind, est, point, var_dirs, in_dirs)
 
     # -- one group -------------------------------------------------------------------------------
     def check_group(self, group: Group, u, point: Point) -> None:
@@ -455,24 +460,65 @@ class Checker:
                 f"synthesised {doubt.input} makes them one is unknown; give real examples with --inputs",
                 e=failed[0].est, evals=evaluations))
             return
+        beyond = None
+        stops = self._stops(group)
+        if self.s.uncut is not None and stops:
+            judged = self._cut_explains(u, confirming)
+            if judged is not None and judged[0]:
+                self.results.append(result(
+                    "pass", f"the difference from finite differences (rel. error {failed[0].est.rel_error:.1e}) is "
+                    f"what {stops} does: with it made an identity the gradient matches them (rel. error "
+                    f"{judged[1]:.1e})", e=failed[0].est, evals=evaluations + 1))
+                return
+            if judged is not None:
+                beyond = (f"with {stops} made an identity the gradient still differs from finite differences "
+                          f"(rel. error {judged[1]:.1e}): the cut does not explain it")
         culprits: list[tuple[list[int], Estimate]] = []
         if len(group.variables) > 1:
             culprits, spent = self._bisect(group, u, confirming)
             evaluations += spent
         names = self._variable_names
         pinned = [n for idx, _ in culprits for n in names(idx)]
-        self.results.append(result("fail", f"pinned to {', '.join(pinned)}" if pinned else None,
-                                    e=failed[0].est, evals=evaluations))
+        reason = "; ".join(r for r in (f"pinned to {', '.join(pinned)}" if pinned else None, beyond) if r) or None
+        row = result("fail", reason, e=failed[0].est, evals=evaluations)
+        self.results.append(replace(row, expected_by="") if beyond else row)  # "": no cut explains it
         if group.inputs:
-            self._mismatch(group, group.inputs, failed[0].est, confirming.point)
+            self._mismatch(group, group.inputs, failed[0].est, confirming.point, beyond=beyond)
             return
         for idx, e in culprits or [(group.variables, failed[0].est)]:
             if len(idx) == 1 and len(group.variables) > 1:
                 self.results.append(result("fail", None, source=names(idx)[0], e=e, evals=e.evaluations))
-            self._mismatch(group, names(idx), e, confirming.point, idx)
+            self._mismatch(group, names(idx), e, confirming.point, idx, beyond=beyond)
+
+    def _stops(self, group: Group) -> str:
+        """The stop_gradients crossing the group's pairs ("" when none, or when a pair is also cut otherwise)."""
+        sources = group.inputs or self._variable_names(group.variables)
+        return ", ".join(dict.fromkeys(self.s.stopped[s, o] for s in sources for o in group.outputs
+                                       if (s, o) in self.s.stopped))
+
+    def _cut_explains(self, u, attempt: Attempt) -> tuple[bool, float] | None:
+        """(whether the model without its cuts agrees with the finite differences along the attempt's line,
+        their relative difference); None when that copy cannot be made or run."""
+        import tensorflow as tf
+
+        from .runner import ModelError
+
+        uncut = self.s.uncut
+        if uncut is None:
+            return None
+        inputs, var_base = self.runner.snapshot()
+        try:
+            full = uncut(self._full(u), inputs, var_base, attempt.in_dirs, attempt.var_dirs)
+        except (ModelError, tf.errors.OpError, LookupError, ValueError, TypeError):
+            return None
+        est = attempt.est
+        denominator = max(est.scale, abs(est.numeric), abs(full))
+        difference = abs(est.numeric - full)
+        rel = difference / denominator if denominator > 0 else 0.0
+        return difference <= est.rel_threshold(self.s.floor) * max(est.scale, abs(est.numeric)), rel
 
     def _mismatch(self, group: Group, names: list[str], est: Estimate, point: Point,
-                  var_idx: list[int] | None = None) -> None:
+                  var_idx: list[int] | None = None, beyond: str | None = None) -> None:
         label = self._outputs_text(group)
         if var_idx is None:
             missing = [n for n in names if point.g_in.get(n) is None]
@@ -492,6 +538,9 @@ class Checker:
             f"error {est.rel_error:.2e} (error bound {est.rel_threshold(self.s.floor):.1e}, step {est.step:.1e}, "
             f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), "
             f"{rules.SEEN_TWICE}{advice.hint}", op=advice.op, sources=tuple(names), outputs=group.outputs)
+        if beyond:  # the static pass saw a cut on the pair, and it was checked: the cut does not explain it
+            finding = replace(finding, message=f"{finding.message} A stop_gradient crosses this pair: {beyond}.",
+                              confirmed_by=beyond)
         self.findings.append(replace(finding, fix=advice.fix) if advice.fix else finding)
 
     def _bisect(self, group: Group, u, confirming: Attempt) -> tuple[list[tuple[list[int], Estimate]], int]:

@@ -55,7 +55,7 @@ class Loaded:
             self.tmpdir.cleanup()
 
 
-def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool) -> Loaded:
+def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool, without_cuts: bool = False) -> Loaded:
     import tensorflow as tf
 
     tag_list = list(tags) if tags else None
@@ -64,7 +64,7 @@ def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool) -> Loaded:
         return Loaded(obj, obj.signatures[info.signature])
     tmp = tempfile.TemporaryDirectory(prefix="gradaudit-f64-")
     try:
-        write_float64_copy(info, tmp.name)
+        write_float64_copy(info, tmp.name, without_cuts)
         obj = tf.saved_model.load(tmp.name, tags=tag_list,
                                   options=tf.saved_model.LoadOptions(experimental_skip_checkpoint=True))
         fn = obj.signatures[info.signature]
@@ -276,6 +276,35 @@ def graphs_as_written() -> Iterator[None]:
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
 
 
+class UncutDerivative:
+    """<grad(u·f), v> on the float64 copy with every stop_gradient made an identity (`ModelLoads.uncut`), at a
+    point given by its input and variable values: the derivative of the forward, computed with the model's own
+    custom gradients. On a pair that a cut crosses, a mismatch is the cut's alone when this agrees with the
+    finite differences."""
+
+    def __init__(self, loads: ModelLoads, input_sources: list[str], var_names: list[str], float_outputs: list[str]):
+        self.loads, self.input_sources = loads, input_sources
+        self.var_names, self.float_outputs = var_names, float_outputs
+        self._runners: dict[tuple, Runner] = {}  # by the inputs' shapes
+
+    def __call__(self, u: dict[str, np.ndarray], inputs: dict[str, Any], var_values: list[Any],
+                 in_dirs: dict[str, np.ndarray], var_dirs: dict[int, np.ndarray]) -> float:
+        loaded = self.loads.uncut()
+        arrays = {k: np.asarray(v) for k, v in inputs.items()}
+        key = tuple(sorted((k, v.shape) for k, v in arrays.items()))
+        if key not in self._runners:
+            by_name = signature_variables(self.loads.info, loaded.fn)
+            self._runners[key] = Runner(loaded.fn, arrays, self.input_sources,
+                                        [(n, by_name[n]) for n in self.var_names], self.float_outputs)
+        runner = self._runners[key]
+        runner.move_to(arrays, [np.asarray(v) for v in var_values])
+        _, g_in, g_var = runner.gradient(u)
+        total = sum(float(np.sum(np.asarray(g_in[n], np.float64) * d)) for n, d in in_dirs.items()
+                    if g_in.get(n) is not None)
+        return total + sum(float(np.sum(np.asarray(g_var[i], np.float64) * d)) for i, d in var_dirs.items()
+                           if g_var[i] is not None)
+
+
 class ModelLoads:
     """The audited SavedModel read once and loaded at most once in each precision, shared by the numeric
     checks and the stability probes (loading ResNet50 costs about as much as five gradient passes).
@@ -287,8 +316,8 @@ class ModelLoads:
     def __init__(self, path: str, tags: tuple[str, ...], signature: str, proto: Any = None):
         self.path, self.tags, self.signature, self._proto = path, tags, signature, proto
         self._info: SavedModelInfo | None = None
-        self._loaded: dict[bool, Loaded] = {}
-        self._failed: dict[bool, BaseException] = {}
+        self._loaded: dict[bool | str, Loaded] = {}
+        self._failed: dict[bool | str, BaseException] = {}
 
     @property
     def info(self) -> SavedModelInfo:
@@ -308,6 +337,19 @@ class ModelLoads:
                 self._failed[float64] = exc
                 raise
         return self._loaded[float64]
+
+    def uncut(self) -> Loaded:
+        """The float64 copy with every stop_gradient made an identity (`upcast.write_float64_copy`), loaded on
+        first use: whether a cut explains a mismatch is checked on it."""
+        if "uncut" in self._failed:
+            raise self._failed["uncut"]
+        if "uncut" not in self._loaded:
+            try:
+                self._loaded["uncut"] = load(self.info, self.tags, True, without_cuts=True)
+            except Exception as exc:
+                self._failed["uncut"] = exc
+                raise
+        return self._loaded["uncut"]
 
     def fail(self, float64: bool, exc: BaseException) -> None:
         """The model in this precision loads but cannot run: close it, and let every later `get` raise."""

@@ -14,10 +14,10 @@ from . import ALL_VARIABLES, NumericOptions, NumericOutcome
 from .checks import Checker, Group, Settings, output_label
 from .domains import Domains
 from .inputs import InputError, given_inputs, synthesise
-from .runner import ModelError, ModelLoads, PositionalFunction, Runner, describe, signature_variables
+from .runner import ModelError, ModelLoads, PositionalFunction, Runner, UncutDerivative, describe, signature_variables
 from .savedmodel import SavedModelInfo
 from .sweep import ladder_for
-from .upcast import float64_blockers
+from .upcast import CUTS, float64_blockers
 
 EPS = {"float16": 9.77e-4, "bfloat16": 7.82e-3, "float32": 1.19e-7, "float64": 2.22e-16}
 RESOLUTION = 1e-2  # a check that cannot bound the relative error below 1% is inconclusive
@@ -76,6 +76,15 @@ class Plan:
         self.native = max((d.name for d in floats if d.name in EPS), key=lambda n: EPS[n], default="float32")
         self._status = {(f.source, f.output): f.status for f in flow}
         self._partial = {(f.source, f.output) for f in flow if f.partial_by}
+        # the pairs whose partial cuts are all stop_gradients, with those ops (a copy without them is checked)
+        self._stopped = {(f.source, f.output): ", ".join(c.op.short for c in f.partial_by) for f in flow
+                         if f.partial_by and all(c.op.op_type in CUTS for c in f.partial_by)}
+
+    @property
+    def stopped(self) -> dict[tuple[str, str], str]:
+        """(source, output) -> the stop_gradients that cross the pair while other paths connect it, for the
+        pairs whose partial cuts are all stop_gradients."""
+        return dict(self._stopped)
 
     def connected(self, source: str) -> tuple[str, ...]:
         # A pair the static pass did not rule on is checked.
@@ -235,7 +244,7 @@ def _load_and_check(loads: ModelLoads, plan: Plan, point: dict[str, np.ndarray],
     try:
         model = _Model(loaded.fn, loaded.fn.structured_input_signature[1],
                        signature_variables(info, loaded.fn), info.op_types, info.custom_gradients)
-        return _check(model, plan, point, options, use64, progress)
+        return _check(model, plan, point, options, use64, progress, loads if use64 else None)
     except _Float64Failed as exc:
         loads.fail(True, exc.__cause__ or exc)  # TensorFlow's own error, for the probes' note
         raise
@@ -249,7 +258,8 @@ def _load_and_check(loads: ModelLoads, plan: Plan, point: dict[str, np.ndarray],
 
 
 def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: NumericOptions, use64: bool,
-           progress: Callable[[str], None]) -> NumericOutcome:
+           progress: Callable[[str], None], loads: ModelLoads | None = None) -> NumericOutcome:
+    """`loads`: the float64 copy's, to check on a copy without cuts whether a cut explains a mismatch."""
     dtype = "float64" if use64 else plan.native
     results: list[NumericResult] = []
     notes: list[str] = []
@@ -278,7 +288,9 @@ def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: Num
     settings = Settings(dtype=dtype, upcast=use64, eps=eps, ladder=ladder_for(eps, use64),
                         floor=FLOOR_ULPS * eps, resolution=RESOLUTION, op_types=model.op_types,
                         custom_gradients=model.custom_gradients, domains=plan.domains,
-                        given=given_inputs(options.inputs_file))
+                        given=given_inputs(options.inputs_file), stopped=plan.stopped,
+                        uncut=UncutDerivative(loads, plan.input_sources, [n for n, _ in variables], plan.float_outputs)
+                        if loads is not None and plan.stopped else None)
     checker = Checker(runner, settings, np.random.default_rng([options.seed, 1]), progress)
     try:
         checker.run(groups, _random_ops(model.op_types))

@@ -134,15 +134,32 @@ def float64_blockers(info: SavedModelInfo) -> list[str]:
     return sorted(blockers.values())
 
 
-def write_float64_copy(info: SavedModelInfo, destination: str) -> None:
+CUTS = frozenset({"StopGradient", "PreventGradient"})
+
+
+def _without_cuts(meta) -> None:
+    """In place: every StopGradient and PreventGradient becomes an Identity, so that the copy's gradient is the
+    derivative of its forward (custom gradients stay as they are)."""
+    nodes = list(meta.graph_def.node) + [n for f in meta.graph_def.library.function for n in f.node_def]
+    for node in nodes:
+        if node.op in CUTS:
+            node.op = "Identity"
+            if "message" in node.attr:
+                del node.attr["message"]
+
+
+def write_float64_copy(info: SavedModelInfo, destination: str, without_cuts: bool = False) -> None:
     """Write saved_model.pb (and assets) of the float64 copy; it has no checkpoint: load it with
-    `experimental_skip_checkpoint=True` and fill the variables with `float64_values`."""
+    `experimental_skip_checkpoint=True` and fill the variables with `float64_values`. `without_cuts`: with
+    every stop_gradient made an identity (`_without_cuts`)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     copy = saved_model_pb2.SavedModel(saved_model_schema_version=info.proto.saved_model_schema_version)
     meta = copy.meta_graphs.add()
     meta.CopyFrom(info.meta_graph)
     _rewrite(meta)
+    if without_cuts:
+        _without_cuts(meta)
     os.makedirs(destination, exist_ok=True)
     with open(os.path.join(destination, "saved_model.pb"), "wb") as fh:
         fh.write(copy.SerializeToString())

@@ -265,7 +265,8 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str],
     for f in findings:
         # explained once (an audit that ran in a child is finished there and again here)
         cut = cut_for(f.sources[0], ",".join(f.outputs) or "*") if (
-            f.rule == "gradient-mismatch" and f.sources and f.severity == Severity.ERROR) else None
+            f.rule == "gradient-mismatch" and f.sources and f.severity == Severity.ERROR
+            and not f.confirmed_by) else None
         if cut is not None:
             # the measurement, without the advice on where to look for a wrong gradient: the cut explains it
             measured = f.message.split(SEEN_TWICE)[0] + SEEN_TWICE if SEEN_TWICE in f.message else f.message

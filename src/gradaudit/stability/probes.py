@@ -152,6 +152,7 @@ class Prober:
         self._runners: dict[tuple[str | None, bool, bool], object] = {}
         self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
         self._culprits: dict[tuple, Culprit | None] = {}
+        self._uncuts: dict[tuple, Any] = {}
         outputs = self.loaded.fn(**{k: base[k] for k in plan.specs})
         self.base_outputs = {o: np.asarray(outputs[o]) for o in plan.float_outputs}
         rng = np.random.default_rng([seed, 3])
@@ -434,7 +435,8 @@ class Prober:
         settings = Settings(dtype=dtype, upcast=f64, eps=eps, ladder=ladder_for(eps, f64),
                             floor=FLOOR_ULPS * eps, resolution=RESOLUTION, op_types=self.info.op_types,
                             custom_gradients=self.info.custom_gradients, domains=self.plan.domains,
-                            given=self.given, strict=True)
+                            given=self.given, strict=True, stopped=self.plan.stopped,
+                            uncut=self._uncut(runner) if f64 and self.plan.stopped else None)
         checker = Checker(runner, settings, np.random.default_rng([self.seed, 5, int(scale * 1e3), sign + 1]))
         checker.base_outputs = out
         points: dict[tuple[str, ...], tuple[dict[str, np.ndarray], Point]] = {}
@@ -482,6 +484,16 @@ class Prober:
                 self.mismatches.append(replace(f, message=f"At the probe point {where}: "
                                                           f"{f.message}"))
         return checked
+
+    def _uncut(self, runner):
+        """The float64 copy without its cuts, for the runner's sources (one per set of variables)."""
+        from ..numeric.runner import UncutDerivative
+
+        key = tuple(runner.var_names)
+        if key not in self._uncuts:
+            self._uncuts[key] = UncutDerivative(self.loads, self.plan.input_sources, runner.var_names,
+                                                self.plan.float_outputs)
+        return self._uncuts[key]
 
     def _judge_forward(self, point, output, float64_at, config, scale, sign):
         """(kind, culprit, note) of a non-finite forward."""
