@@ -283,3 +283,25 @@ def test_traced_function_checked_in_its_own_precision():
     assert {(r.source, r.status, r.dtype) for r in outcome.results} == {
         ("x", "fail", "float32"), ("w", "pass", "float32")}  # w's gradient does not go through act
     assert rules(outcome) == {"gradient-mismatch"}
+
+
+def test_a_failing_check_over_several_outputs_names_the_outputs_that_disagree(tmp_path):
+    """x reaches `wrong` (a custom gradient 2% off) and `right` (tanh): the check of x over both outputs fails,
+    and the finding names the output whose gradient disagrees on its own, not both."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def sq(z):
+        return z * z, lambda dy: dy * 2.04 * z
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"wrong": sq(x), "right": tf.tanh(x)}
+
+    path = str(tmp_path / "two_outputs")
+    tf.saved_model.save(M(), path, options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+    outcome = audit(path)
+    (f,) = [f for f in outcome.findings if f.rule == "gradient-mismatch"]
+    assert f.outputs == ("wrong",) and f.sources == ("x",)
+    assert "wrong disagrees" in f.message and "right agrees" in f.message

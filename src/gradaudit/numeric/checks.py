@@ -422,10 +422,13 @@ class Checker:
         elif any(a.kind == "fail" for a in attempts):
             worst = max(a.est.rel_error for a in attempts if a.kind == "fail")
             why = f"a discrepancy (rel. error {worst:.1e}) seen at one point was not confirmed at another"
+        elif attempts[-1].est.rel_bound >= 1:
+            why = ("the difference quotients do not converge: their error bound is larger than the derivative "
+                   "itself (a saturated output whose gradient is about zero here, or kinks)")
         else:
             why = (f"the difference quotients do not converge (error bound {attempts[-1].est.rel_bound:.1e} "
                    f"relative: kinks or rounding noise in {self.s.dtype})")
-        return f"{why}; {len(attempts)} points tried"
+        return f"{why}; {len(attempts)} point{'s' if len(attempts) > 1 else ''} tried"
 
     def _missing(self, group: Group, point: Point) -> list[str]:
         names = [n for n in group.inputs if point.g_in.get(n) is None]
@@ -479,16 +482,17 @@ class Checker:
             evaluations += spent
         names = self._variable_names
         pinned = [n for idx, _ in culprits for n in names(idx)]
+        alone = self._outputs_alone(group, u, confirming)
         reason = "; ".join(r for r in (f"pinned to {', '.join(pinned)}" if pinned else None, beyond) if r) or None
         row = result("fail", reason, e=failed[0].est, evals=evaluations)
         self.results.append(replace(row, expected_by="") if beyond else row)  # "": no cut explains it
         if group.inputs:
-            self._mismatch(group, group.inputs, failed[0].est, confirming.point, beyond=beyond)
+            self._mismatch(group, group.inputs, failed[0].est, confirming.point, beyond=beyond, alone=alone)
             return
         for idx, e in culprits or [(group.variables, failed[0].est)]:
             if len(idx) == 1 and len(group.variables) > 1:
                 self.results.append(result("fail", None, source=names(idx)[0], e=e, evals=e.evaluations))
-            self._mismatch(group, names(idx), e, confirming.point, idx, beyond=beyond)
+            self._mismatch(group, names(idx), e, confirming.point, idx, beyond=beyond, alone=alone)
 
     def _stops(self, group: Group) -> str:
         """The stop_gradients crossing the group's pairs ("" when none, or when a pair is also cut otherwise)."""
@@ -517,9 +521,27 @@ class Checker:
         rel = difference / denominator if denominator > 0 else 0.0
         return difference <= est.rel_threshold(self.s.floor) * max(est.scale, abs(est.numeric)), rel
 
+    def _outputs_alone(self, group: Group, u, attempt: Attempt) -> tuple[tuple[str, ...], str]:
+        """For a failing check over several outputs: (the outputs whose gradient disagrees on its own, a sentence
+        on each), from one gradient and one sweep per output along the attempt's line (the runner sits at its
+        point). ((), "") for a check of one output."""
+        if len(group.outputs) < 2:
+            return (), ""
+        failing, said = [], []
+        for o in group.outputs:
+            alone = {o: u[o]}
+            est = self._sweep(alone, self._gradient(alone, attempt.point.outputs), attempt.in_dirs, attempt.var_dirs)
+            kind = sweep.classify(est, self.s.floor, self.s.resolution)
+            failing += [o] if kind == "fail" else []
+            said.append(f"{o} {'disagrees' if kind == 'fail' else 'agrees' if kind == 'pass' else 'cannot be decided'}"
+                        f" (rel. error {est.rel_error:.1e})")
+        return tuple(failing), f" Each output on its own: {'; '.join(said)}."
+
     def _mismatch(self, group: Group, names: list[str], est: Estimate, point: Point,
-                  var_idx: list[int] | None = None, beyond: str | None = None) -> None:
-        label = self._outputs_text(group)
+                  var_idx: list[int] | None = None, beyond: str | None = None,
+                  alone: tuple[tuple[str, ...], str] = ((), "")) -> None:
+        outputs = alone[0] or group.outputs  # the outputs that disagree on their own, when that could be told
+        label = outputs[0] if len(outputs) == 1 else "outputs " + ", ".join(outputs)
         if var_idx is None:
             missing = [n for n in names if point.g_in.get(n) is None]
         else:
@@ -532,12 +554,13 @@ class Checker:
                 f"change with it (finite-difference derivative {est.numeric:.3e} along a random "
                 f"direction, in {self.s.dtype}).", sources=tuple(names), outputs=group.outputs))
             return
-        advice = rules.mismatch_advice(self.s.custom_gradients, self.s.domains.assuming, est.autodiff == 0)
+        advice = rules.mismatch_advice(self.s.custom_gradients, self.s.domains.assuming, est.autodiff == 0,
+                                       bool(self.s.given))
         finding = rules.GradientMismatch.finding(
             f"The gradient of {label} with respect to {where} disagrees with finite differences: relative "
             f"error {est.rel_error:.2e} (error bound {est.rel_threshold(self.s.floor):.1e}, step {est.step:.1e}, "
             f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), "
-            f"{rules.SEEN_TWICE}{advice.hint}", op=advice.op, sources=tuple(names), outputs=group.outputs)
+            f"{rules.SEEN_TWICE}{alone[1]}{advice.hint}", op=advice.op, sources=tuple(names), outputs=outputs)
         if beyond:  # the static pass saw a cut on the pair, and it was checked: the cut does not explain it
             finding = replace(finding, message=f"{finding.message} A stop_gradient crosses this pair: {beyond}.",
                               confirmed_by=beyond)

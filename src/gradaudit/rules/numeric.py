@@ -188,12 +188,13 @@ def _ops_text(ops: Sequence[OpRef], limit: int) -> str:
     return shown + (", ..." if len(ops) > limit else "")
 
 
-def mismatch_advice(custom_gradients: Sequence[OpRef], assuming: Sequence[OpRef], zero: bool) -> MismatchAdvice:
+def mismatch_advice(custom_gradients: Sequence[OpRef], assuming: Sequence[OpRef], zero: bool,
+                    given: bool = False) -> MismatchAdvice:
     """Where a wrong gradient comes from, from what the model holds: a compiled module (its saved gradient
     disagrees with its forward; jax2tf wraps each module in a custom gradient of its own, so the custom
     gradients found are not the thing to fix), else the model's custom gradients, else the ops whose registered
     gradient assumes something of its inputs. `zero`: TensorFlow's gradient was exactly zero where the forward
-    moves."""
+    moves. `given`: the checked point came from --inputs (no advice to give it)."""
     compiled = [op for op in assuming if op.op_type in COMPILED]
     if compiled:
         ignored = (" TensorFlow's gradient is exactly zero there while the forward changes: the saved gradient "
@@ -219,7 +220,8 @@ def mismatch_advice(custom_gradients: Sequence[OpRef], assuming: Sequence[OpRef]
                "No op with a registered gradient known to differ from its derivative was found: look at gradients "
                "registered by imported libraries (tf.RegisterGradient) and at the inputs."))
     fix = ("The model has no custom gradient: look at the ops named in the message and at what their registered "
-           "gradients assume of the inputs; pass real examples with --inputs.")
+           "gradients assume of the inputs" + ("; the inputs given with --inputs may not be what they assume."
+                                               if given else "; pass real examples with --inputs."))
     return MismatchAdvice(hint, fix, assuming[0] if len(assuming) == 1 else None)
 
 
