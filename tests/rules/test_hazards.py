@@ -82,6 +82,8 @@ def zoo(tmp_path_factory):
                 "div_by_constant_square": x / (2.0 * c ** 2),
                 "div_by_sum_of_squares": y / tf.reduce_sum(x * x, axis=-1, keepdims=True),
                 "div_by_sum_of_squares_plus_eps": y / (tf.reduce_sum(x * x, axis=-1, keepdims=True) + 1e-6),
+                "log_of_hand_sigmoid": tf.math.log(1.0 / (1.0 + tf.exp(-x))),
+                "hand_sigmoid": 1.0 / (1.0 + tf.exp(-y)),
             }
 
     from gradaudit.api import AuditOptions, audit_saved_model
@@ -100,6 +102,7 @@ def zoo(tmp_path_factory):
     ("div_by_square", "squared-denominator"), ("div_by_scaled_square", "squared-denominator"),
     ("div_by_constant_square", None),
     ("div_by_sum_of_squares", "squared-denominator"), ("div_by_sum_of_squares_plus_eps", None),
+    ("log_of_hand_sigmoid", "log-sigmoid"), ("hand_sigmoid", None),
 ])
 def test_pattern_variants(zoo, output, rule):
     by_output, _ = zoo
@@ -108,7 +111,7 @@ def test_pattern_variants(zoo, output, rule):
 
 def test_each_variant_is_one_finding(zoo):
     by_output, count = zoo
-    assert count == len(by_output) == 10
+    assert count == len(by_output) == 11
 
 
 def test_every_hazard_rule_is_registered_with_its_docs():

@@ -37,7 +37,8 @@ LogSigmoid = define(
     doc="""`log(sigmoid(x))` written out: sigmoid underflows to 0 for very negative x.
 
     ## What it does
-    Finds `Log(Sigmoid(x))` on a gradient path.
+    Finds `Log(Sigmoid(x))` on a gradient path, and the sigmoid written by hand,
+    `log(1 / (1 + exp(-x)))` (there `exp(-x)` overflows instead).
 
     ## Why is this bad?
     For x below about -87 (float32; TensorFlow's kernels flush subnormals to zero) sigmoid(x)

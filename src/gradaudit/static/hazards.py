@@ -213,12 +213,33 @@ def _log_patterns(v: _View, log) -> list:
         return [(LogSoftmax, log.ref, {log.ref, arg.ref},
                  f"{log.ref.label} takes the log of {arg.ref.label}: softmax entries underflow to 0 when "
                  "the logits are spread (by more than about 87 in float32), where the gradient is NaN")]
-    if a in _ADD and len(arg.inputs) == 2:
-        for i in (0, 1):
-            exp = v.producer(arg.inputs[i][0])
-            if exp is not None and exp.ref.op_type == "Exp" and v.const(arg.inputs[1 - i][0]) == 1.0:
-                return [_log1p_exp(v, log, exp, arg)]
+    found = _one_plus_exp(v, arg)
+    if found is not None:
+        return [_log1p_exp(v, log, found, arg)]
+    # a sigmoid written by hand: log(1 / (1 + exp(-x))), log(reciprocal(1 + exp(-x)))
+    denominator = None
+    if a in _DIV and len(arg.inputs) == 2 and v.const(arg.inputs[0][0]) == 1.0:
+        denominator = v.producer(arg.inputs[1][0])
+    elif a in ("Reciprocal", "Inv") and arg.inputs:
+        denominator = v.producer(arg.inputs[0][0])
+    exp = _one_plus_exp(v, denominator) if denominator is not None else None
+    if exp is not None and denominator is not None:
+        return [(LogSigmoid, log.ref, {log.ref, arg.ref, denominator.ref, exp.ref},
+                 f"{log.ref.label} takes the log of 1 / (1 + exp(.)) ({arg.ref.label}), a sigmoid written by hand: "
+                 f"{exp.ref.label} overflows to inf for very negative inputs of the sigmoid, where the value is "
+                 "-inf and the gradient NaN")]
     return []
+
+
+def _one_plus_exp(v: _View, node):
+    """The Exp node when `node` is 1 + exp(.), else None."""
+    if node is None or node.ref.op_type not in _ADD or len(node.inputs) != 2:
+        return None
+    for i in (0, 1):
+        exp = v.producer(node.inputs[i][0])
+        if exp is not None and exp.ref.op_type == "Exp" and v.const(node.inputs[1 - i][0]) == 1.0:
+            return exp
+    return None
 
 
 def _log1p_exp(v: _View, log, exp, add):
