@@ -100,3 +100,32 @@ def test_a_cut_beside_a_custom_gradient_is_checked_on_a_copy_without_the_cut(tmp
         assert f.severity.value == "error" and f.confirmed_by and "does not explain it" in f.message
         assert report.verdict() == "fail"
         assert all(not n.expected_by for n in rows)
+
+
+def test_a_variable_the_cut_blocks_entirely_does_not_explain_the_variables_check(tmp_path):
+    """`y = act(x @ w) @ v + stop_gradient(x @ u)` with act's custom gradient 1% off: u is blocked entirely, so
+    it is not in the check of the variables together ("*"); that check fails on w and is not "explained" by
+    the stop_gradient on u."""
+    import numpy as np
+
+    @tf.custom_gradient
+    def act(h):
+        t = tf.tanh(h)
+        return h * t, lambda dy: dy * (t + h * (1 - t * t)) * 1.01
+
+    class M(tf.Module):
+        def __init__(self):
+            r = np.random.default_rng(14)
+            self.w = tf.Variable(r.standard_normal((4, 6)).astype("float32") * 0.5, name="w")
+            self.v = tf.Variable(r.standard_normal((6, 2)).astype("float32"), name="v")
+            self.u = tf.Variable(r.standard_normal((4, 2)).astype("float32"), name="u")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": act(x @ self.w) @ self.v + tf.stop_gradient(x @ self.u)}
+
+    report = audit_saved_model(save_module(M(), str(tmp_path / "m")), AuditOptions())
+    together = [n for n in report.numeric if n.source == "*" and n.scale is None]
+    assert together and all(n.status == "fail" and not n.expected_by for n in together)
+    assert "w" in {s for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value == "error"
+                   for s in f.sources}

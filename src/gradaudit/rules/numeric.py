@@ -240,10 +240,13 @@ def _custom_gradient_beside(findings: list, mismatch):
 
 
 def explain_mismatches(findings: list, numeric: list, variables: set[str],
-                       float_outputs: tuple[str, ...] = ()) -> tuple[list, list]:
+                       float_outputs: tuple[str, ...] = (), partial: set[str] | None = None) -> tuple[list, list]:
     """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
     cut does: `y = f(x) + tf.stop_gradient(g(x))` has a gradient that leaves out g on purpose. Such a
-    mismatch becomes info, naming the cut; the numeric result keeps `fail` with the explanation."""
+    mismatch becomes info, naming the cut; the numeric result keeps `fail` with the explanation. `partial`: the
+    sources that a cut crosses while other paths connect them (None: not known); a check of the variables
+    together ("*") is explained only by a cut on such a variable (a variable the cut blocks entirely is not
+    in that check)."""
     from dataclasses import replace
 
     from . import get_rule
@@ -254,7 +257,8 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str],
 
     def cut_for(source: str, output: str):
         for c in cuts:
-            src_ok = source in c.sources or (source == "*" and any(s in variables for s in c.sources))
+            src_ok = source in c.sources or (source == "*" and any(
+                s in variables and (partial is None or s in partial) for s in c.sources))
             # every output the check combined must be one the cut explains: a cut on a second output
             # must not excuse a wrong gradient of the first
             checked = float_outputs if output == "*" else tuple(output.split(","))
