@@ -219,7 +219,7 @@ def _finish(report: _Draft) -> Report:
     if report.numeric:
         variables = {s.name for s in report.sources if s.kind == "variable"}
         floats = tuple(o.name for o in report.outputs if o.dtype in FLOAT_DTYPES)
-        partial = {f.source for f in report.flow if f.partial_by}
+        partial = {(f.source, c.op) for f in report.flow for c in f.partial_by}
         report.findings, report.numeric = explain_mismatches(report.findings, report.numeric, variables, floats,
                                                              partial)
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",

@@ -21,7 +21,8 @@ def test_tfp_reparameterized_samplers_pass_with_the_sampler_named(name):
     assert report.verdict() == "pass", [(f.code, f.severity.value, f.message) for f in report.findings]
     samplers = [f for f in report.findings if f.rule == "sampler-gradient"]
     assert samplers and all(f.severity.value == "info" for f in samplers)
-    assert not [f for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value == "error"]
+    # not even a warning: the sampler's own saved gradient is the estimator GA111 names
+    assert not [f for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value != "info"]
     assert all(n.status != "fail" for n in report.numeric)
 
 

@@ -230,8 +230,11 @@ def mismatch_advice(custom_gradients: Sequence[OpRef], assuming: Sequence[OpRef]
 SEEN_TWICE = "seen at two points."
 
 
-def _custom_gradient_beside(findings: list, mismatch):
-    """The custom-gradient finding (GA107) on a path of the mismatch's pairs, if any."""
+def _custom_gradient_beside(findings: list, mismatch, cut):
+    """The custom-gradient finding (GA107) on a path of the mismatch's pairs, if any, when the cut is a
+    stop_gradient (a sampler's own saved gradient is the estimator its cut stands for)."""
+    if cut.rule != "stop-gradient":
+        return None
     for f in findings:
         if f.rule == "custom-gradient" and f.op is not None and set(f.sources) & set(mismatch.sources) and (
                 not mismatch.outputs or set(f.outputs) & set(mismatch.outputs)):
@@ -240,13 +243,15 @@ def _custom_gradient_beside(findings: list, mismatch):
 
 
 def explain_mismatches(findings: list, numeric: list, variables: set[str],
-                       float_outputs: tuple[str, ...] = (), partial: set[str] | None = None) -> tuple[list, list]:
+                       float_outputs: tuple[str, ...] = (), partial: set[tuple[str, OpRef]] | None = None
+                       ) -> tuple[list, list]:
     """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
     cut does: `y = f(x) + tf.stop_gradient(g(x))` has a gradient that leaves out g on purpose. Such a
-    mismatch becomes info, naming the cut; the numeric result keeps `fail` with the explanation. `partial`: the
-    sources that a cut crosses while other paths connect them (None: not known); a check of the variables
-    together ("*") is explained only by a cut on such a variable (a variable the cut blocks entirely is not
-    in that check)."""
+    mismatch becomes info, naming the cut; the numeric result keeps `fail` with the explanation. `partial`:
+    (source, cut op) of the flow's partial cuts (a cut crossing a pair that other paths still connect); a check
+    of the variables together ("*") is explained by such a cut only when it crosses one of them partially (a
+    variable the cut blocks entirely is not in that check). Cuts the flow does not record (a sampler's
+    estimator, a variable the signature writes) explain it as before."""
     from dataclasses import replace
 
     from . import get_rule
@@ -257,8 +262,9 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str],
 
     def cut_for(source: str, output: str):
         for c in cuts:
+            flow_cut = partial is not None and any(op == c.op for _, op in partial)
             src_ok = source in c.sources or (source == "*" and any(
-                s in variables and (partial is None or s in partial) for s in c.sources))
+                s in variables and (not flow_cut or (s, c.op) in (partial or set())) for s in c.sources))
             # every output the check combined must be one the cut explains: a cut on a second output
             # must not excuse a wrong gradient of the first
             checked = float_outputs if output == "*" else tuple(output.split(","))
@@ -276,7 +282,7 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str],
         if cut is not None:
             # the measurement, without the advice on where to look for a wrong gradient: the cut explains it
             measured = f.message.split(SEEN_TWICE)[0] + SEEN_TWICE if SEEN_TWICE in f.message else f.message
-            custom = _custom_gradient_beside(findings, f)
+            custom = _custom_gradient_beside(findings, f, cut)
             if custom is not None:
                 # the cut explains a difference, but a custom gradient on the pair's other paths may add one:
                 # the check measures their sum and cannot tell them apart
