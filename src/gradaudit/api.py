@@ -219,7 +219,7 @@ def _finish(report: _Draft) -> Report:
     if report.numeric:
         variables = {s.name for s in report.sources if s.kind == "variable"}
         floats = tuple(o.name for o in report.outputs if o.dtype in FLOAT_DTYPES)
-        partial = {(f.source, c.op) for f in report.flow for c in f.partial_by}
+        partial = frozenset((f.source, c.op) for f in report.flow for c in f.partial_by)
         report.findings, report.numeric = explain_mismatches(report.findings, report.numeric, variables, floats,
                                                              partial)
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
@@ -525,8 +525,6 @@ def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:
 def _from_config(path: str | os.PathLike) -> dict:
     """The options and policy a configuration file sets, as `audit` keyword arguments: read and checked by the
     command line's option declarations (keys are the option names)."""
-    from dataclasses import fields
-
     from .options import api_config
 
     return api_config(path, {f.name for f in fields(AuditOptions)} | {"select", "ignore", "ignore_ops", "fail_on"})

@@ -17,7 +17,7 @@ from .targets import AuditTarget
 from .targets.saved_model import SignatureGraph, VariableInfo
 
 PYFUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
-STOP_OPS = {"StopGradient", "PreventGradient"}
+STOP_OPS = frozenset({"StopGradient", "PreventGradient"})
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..flow import STOP_OPS
 from ..model import Finding, NumericResult, OpRef
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, sweep
@@ -33,7 +34,6 @@ QUANTISERS = frozenset({
     "FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel",
     "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4",
 })
-STOPS = frozenset({"StopGradient", "PreventGradient"})
 
 
 @dataclass
@@ -387,7 +387,7 @@ class Checker:
                         f"returns no gradient and the outputs do not move with it at the checked point.")
             self.results.append(result(status, reason))
         elif kinds.count("surrogate") == 2 or (
-                "surrogate" in kinds and "fail" not in kinds and self.s.op_types & (QUANTISERS | STOPS)):
+                "surrogate" in kinds and "fail" not in kinds and self.s.op_types & (QUANTISERS | STOP_OPS)):
             # Confirmed twice, or once where the model holds the ops straight-through estimators use.
             est = next(a.est for a in attempts if a.kind == "surrogate")
             self.results.append(result(
@@ -406,7 +406,7 @@ class Checker:
             # a quantiser or a straight-through stop_gradient in the model, that is its surrogate.
             jumps = any(a.est.jumpy for a in attempts)
             rough = jumps or any(a.est.kinky for a in attempts)
-            ops = self.s.op_types & ((QUANTISERS if rough else frozenset()) | (STOPS if jumps else frozenset()))
+            ops = self.s.op_types & ((QUANTISERS if rough else frozenset()) | (STOP_OPS if jumps else frozenset()))
             if ops:
                 self.findings.append(rules.SurrogateGradient.finding(
                     f"The forward pass from {self._describe(group)} to {said} jumps along random "

@@ -328,28 +328,24 @@ class ModelLoads:
         return self._info
 
     def get(self, float64: bool) -> Loaded:
-        if float64 in self._failed:
-            raise self._failed[float64]
-        if float64 not in self._loaded:
-            try:
-                self._loaded[float64] = load(self.info, self.tags, float64)
-            except Exception as exc:
-                self._failed[float64] = exc
-                raise
-        return self._loaded[float64]
+        return self._once(float64, lambda: load(self.info, self.tags, float64))
 
     def uncut(self) -> Loaded:
         """The float64 copy with every stop_gradient made an identity (`upcast.write_float64_copy`), loaded on
         first use: whether a cut explains a mismatch is checked on it."""
-        if "uncut" in self._failed:
-            raise self._failed["uncut"]
-        if "uncut" not in self._loaded:
+        return self._once("uncut", lambda: load(self.info, self.tags, True, without_cuts=True))
+
+    def _once(self, key: bool | str, make) -> Loaded:
+        """The copy `key`, made by `make()` on first use; a copy that failed raises the same error again."""
+        if key in self._failed:
+            raise self._failed[key]
+        if key not in self._loaded:
             try:
-                self._loaded["uncut"] = load(self.info, self.tags, True, without_cuts=True)
+                self._loaded[key] = make()
             except Exception as exc:
-                self._failed["uncut"] = exc
+                self._failed[key] = exc
                 raise
-        return self._loaded["uncut"]
+        return self._loaded[key]
 
     def fail(self, float64: bool, exc: BaseException) -> None:
         """The model in this precision loads but cannot run: close it, and let every later `get` raise."""

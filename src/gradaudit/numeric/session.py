@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..flow import STOP_OPS
 from ..model import FlowEntry, NumericResult, OpRef, Output, Source
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, NumericOptions, NumericOutcome
@@ -17,7 +18,7 @@ from .inputs import InputError, given_inputs, synthesise
 from .runner import ModelError, ModelLoads, PositionalFunction, Runner, UncutDerivative, describe, signature_variables
 from .savedmodel import SavedModelInfo
 from .sweep import ladder_for
-from .upcast import CUTS, float64_blockers
+from .upcast import float64_blockers
 
 EPS = {"float16": 9.77e-4, "bfloat16": 7.82e-3, "float32": 1.19e-7, "float64": 2.22e-16}
 RESOLUTION = 1e-2  # a check that cannot bound the relative error below 1% is inconclusive
@@ -78,7 +79,7 @@ class Plan:
         self._partial = {(f.source, f.output) for f in flow if f.partial_by}
         # the pairs whose partial cuts are all stop_gradients, with those ops (a copy without them is checked)
         self._stopped = {(f.source, f.output): ", ".join(c.op.short for c in f.partial_by) for f in flow
-                         if f.partial_by and all(c.op.op_type in CUTS for c in f.partial_by)}
+                         if f.partial_by and all(c.op.op_type in STOP_OPS for c in f.partial_by)}
 
     @property
     def stopped(self) -> dict[tuple[str, str], str]:

@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 
+from ..flow import STOP_OPS
 from .savedmodel import SavedModelInfo
 
 _DT_FLOAT, _DT_DOUBLE, _DT_HALF, _DT_BFLOAT16 = 1, 2, 19, 14
@@ -134,15 +135,12 @@ def float64_blockers(info: SavedModelInfo) -> list[str]:
     return sorted(blockers.values())
 
 
-CUTS = frozenset({"StopGradient", "PreventGradient"})
-
-
 def _without_cuts(meta) -> None:
     """In place: every StopGradient and PreventGradient becomes an Identity, so that the copy's gradient is the
     derivative of its forward (custom gradients stay as they are)."""
     nodes = list(meta.graph_def.node) + [n for f in meta.graph_def.library.function for n in f.node_def]
     for node in nodes:
-        if node.op in CUTS:
+        if node.op in STOP_OPS:
             node.op = "Identity"
             if "message" in node.attr:
                 del node.attr["message"]

@@ -225,7 +225,6 @@ def mismatch_advice(custom_gradients: Sequence[OpRef], assuming: Sequence[OpRef]
     return MismatchAdvice(hint, fix, assuming[0] if len(assuming) == 1 else None)
 
 
-
 # Where a gradient-mismatch message's measurement ends and the advice on where to look begins.
 SEEN_TWICE = "seen at two points."
 
@@ -243,7 +242,7 @@ def _custom_gradient_beside(findings: list, mismatch, cut):
 
 
 def explain_mismatches(findings: list, numeric: list, variables: set[str],
-                       float_outputs: tuple[str, ...] = (), partial: set[tuple[str, OpRef]] | None = None
+                       float_outputs: tuple[str, ...] = (), partial: frozenset[tuple[str, OpRef]] = frozenset()
                        ) -> tuple[list, list]:
     """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
     cut does: `y = f(x) + tf.stop_gradient(g(x))` has a gradient that leaves out g on purpose. Such a
@@ -262,9 +261,9 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str],
 
     def cut_for(source: str, output: str):
         for c in cuts:
-            flow_cut = partial is not None and any(op == c.op for _, op in partial)
+            flow_cut = any(op == c.op for _, op in partial)
             src_ok = source in c.sources or (source == "*" and any(
-                s in variables and (not flow_cut or (s, c.op) in (partial or set())) for s in c.sources))
+                s in variables and (not flow_cut or (s, c.op) in partial) for s in c.sources))
             # every output the check combined must be one the cut explains: a cut on a second output
             # must not excuse a wrong gradient of the first
             checked = float_outputs if output == "*" else tuple(output.split(","))

@@ -205,9 +205,13 @@ class Forensics:
     def forward(self, feed: dict[str, np.ndarray]) -> Culprit | None:
         if self._graph is None:
             self._build()
+        return self._first_overflow_of(lambda tensors: self._run(tensors, feed))
+
+    def _first_overflow_of(self, run) -> Culprit | None:
+        """The first op of the forward pass that returned a non-finite value from finite inputs, every float
+        tensor of the graph fetched with `run`."""
         tensors = self._float_tensors()
-        values = dict(zip((t.name for t in tensors), self._run(tensors, feed)))
-        return self._first_overflow(self._ops, values, self._ref)
+        return self._first_overflow(self._ops, dict(zip((t.name for t in tensors), run(tensors))), self._ref)
 
     @staticmethod
     def _first_overflow(ops_, values: dict[str, np.ndarray], ref) -> Culprit | None:
@@ -344,8 +348,7 @@ class Forensics:
         if not all(np.all(np.isfinite(v)) for v in ins):
             # A non-finite forward value (an overflow upstream, which the outputs did not show: a saturating
             # tanh after it) made the NaN here, as inf * 0: the op to fix is the one that overflowed.
-            tensors = self._float_tensors()  # every forward value (`values` holds those with a gradient)
-            origin = self._first_overflow(self._ops, dict(zip((t.name for t in tensors), run(tensors))), self._ref)
+            origin = self._first_overflow_of(run)  # every forward value (`values` holds those with a gradient)
             if origin is not None and origin.op != ref:
                 return Culprit(origin.op, f"{origin.detail} in the forward pass; that value reaches {op.type} "
                                           f"'{ref.op_name}', whose backward turned finite upstream gradients into "

@@ -222,7 +222,7 @@ def _log_patterns(v: _View, log) -> list:
         denominator = v.producer(arg.inputs[1][0])
     elif a in ("Reciprocal", "Inv") and arg.inputs:
         denominator = v.producer(arg.inputs[0][0])
-    exp = _one_plus_exp(v, denominator) if denominator is not None else None
+    exp = _one_plus_exp(v, denominator)
     if exp is not None and denominator is not None:
         return [(LogSigmoid, log.ref, {log.ref, arg.ref, denominator.ref, exp.ref},
                  f"{log.ref.label} takes the log of 1 / (1 + exp(.)) ({arg.ref.label}), a sigmoid written by hand: "
