@@ -153,6 +153,7 @@ class Prober:
         self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
         self._culprits: dict[tuple, Culprit | None] = {}
         self._uncuts: dict[tuple, Any] = {}
+        self._forensics_failed: set[tuple] = set()  # culprit keys whose frozen graph could not be differentiated
         outputs = self.loaded.fn(**{k: base[k] for k in plan.specs})
         self.base_outputs = {o: np.asarray(outputs[o]) for o in plan.float_outputs}
         rng = np.random.default_rng([seed, 3])
@@ -251,6 +252,7 @@ class Prober:
             try:
                 self._culprits[key] = find()
             except Exception as exc:  # noqa: BLE001 - forensics is best effort; the probe result stands
+                self._forensics_failed.add(key)
                 note = (f"The op at fault in a stability probe could not be located: TensorFlow could not "
                         f"differentiate a frozen copy of the graph ({type(exc).__name__}; known to happen with "
                         "While, If and Case ops).")
@@ -513,11 +515,12 @@ class Prober:
                 return Observation(OVERFLOW, scale, sign, config, value, note=f"its true value, about "
                                    f"{float(true.max()):.3g} by float64, is beyond {dtype}'s range: an overflow "
                                    "of the value itself, not reported")
-        culprit = self.culprit(("gradient", output, config, scale, sign),
-                               lambda: self.forensics.backward(point, output, self.u[output]),
+        key = ("gradient", output, config, scale, sign)
+        culprit = self.culprit(key, lambda: self.forensics.backward(point, output, self.u[output]),
                                self.suspects(config, output))
         note = ""
-        if culprit is None and len(self.plan.float_outputs) > 1:
+        if culprit is None and key not in self._forensics_failed and len(self.plan.float_outputs) > 1:
+            # the frozen graph, differentiated for this output alone, has no NaN/Inf to locate
             note = ("with several outputs TensorFlow runs the backward of the whole signature function (zero "
                     "cotangents for the other outputs), so a NaN/Inf made in another output's backward (0 × inf) "
                     "reaches this gradient; look at the findings on the other outputs first")
