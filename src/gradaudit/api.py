@@ -283,13 +283,33 @@ def _execute(report: _Draft, analysis, path: str, options: AuditOptions, key: st
         loads.close()
 
 
-def _executed_part(path: str, options: AuditOptions, key: str):
-    """In the child process: the whole audit again (the static pass is cheap) without the timeout.
-    gradaudit's own failure comes back as a value, so that the parent says it is one."""
+def _executed_part(path: str, options: AuditOptions, key: str) -> dict[str, Any]:
+    """In the child process: the whole audit again (the static pass is cheap) without the timeout, sent back
+    as data (wire.py). gradaudit's own failure comes back as a value, so that the parent says it is one."""
+    from .wire import encode
+
     try:
-        return audit_saved_model(path, replace(options, timeout=None), key)
+        return {"report": encode(audit_saved_model(path, replace(options, timeout=None), key))}
     except InternalError as exc:
-        return exc
+        return {"internal": {"stage": exc.stage, "detail": exc.detail,
+                             "report": encode(exc.report) if exc.report is not None else None}}
+
+
+def _child_result(data: Any) -> Report | InternalError:
+    """What the child sent, checked field by field: a Report, or gradaudit's own failure in the child.
+    WireError when it is neither (a model that got ops past the gate may have written it)."""
+    from .wire import WireError, decode
+
+    if not isinstance(data, dict) or len(data) != 1:
+        raise WireError("result: expected one of report, internal")
+    if "report" in data:
+        return decode(Report, data["report"], "report")
+    internal = data.get("internal")
+    if not isinstance(internal, dict) or set(internal) != {"stage", "detail", "report"}:
+        raise WireError("result: expected one of report, internal")
+    stage, detail = decode(str, internal["stage"], "stage"), decode(str, internal["detail"], "detail")
+    partial = None if internal["report"] is None else decode(Report, internal["report"], "report")
+    return InternalError.from_parts(stage, detail, partial)
 
 
 _IN_PROCESS = Isolation(None, None, None, None, ("the model ran in gradaudit's own process (no --timeout): no "
@@ -330,7 +350,7 @@ def _execute_isolated(report: _Draft, path: str, options: AuditOptions, key: str
 
     limit = default_memory_limit() if options.memory_limit is None else options.memory_limit or None
     try:
-        child, report.isolation = run_isolated(_executed_part, (path, options, key), options.timeout,
+        sent, report.isolation = run_isolated(_executed_part, (path, options, key), options.timeout,
                                                _readable(path, options), limit)
     except Stopped as exc:
         report.isolation = exc.isolation
@@ -340,6 +360,14 @@ def _execute_isolated(report: _Draft, path: str, options: AuditOptions, key: str
         else:
             report.incomplete.append(f"numeric checks and stability probes did not finish: {exc}; the static "
                                      "report is complete")
+        return
+    from .wire import WireError
+
+    try:
+        child = _child_result(sent)
+    except WireError as exc:
+        report.incomplete.append(f"numeric checks and stability probes did not finish: the process running the "
+                                 f"model sent a malformed result ({exc}); the static report is complete")
         return
     if isinstance(child, InternalError):
         raise child if child.report is not None else child.with_report(report.build())

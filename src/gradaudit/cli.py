@@ -140,10 +140,10 @@ def audit_command(run: AuditRun) -> None:
     the command line wins."""
     from .batch import AuditFailure, audit_models, find_models, import_tensorflow_quietly
 
-    if run.timeout and not run.static_only:  # models will run in children: their server imports TensorFlow
-        from .isolate import prestart  # beside this process's own import
+    if run.timeout and not run.static_only and run.jobs <= 1:  # models will run in children of this process
+        from .isolate import prestart  # the first one imports TensorFlow beside this process's own import
 
-        prestart()
+        prestart(keep_warm=run.recursive or len(run.models) > 1)
     import_tensorflow_quietly()
     from .errors import GradauditError
     from .report import terminal

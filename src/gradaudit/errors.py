@@ -28,6 +28,14 @@ class InternalError(Exception):
     def __reduce__(self):  # crosses process boundaries (--jobs workers, the --timeout child) intact
         return (_rebuild_internal, (self.stage, self.detail, self.args, self.report))
 
+    @classmethod
+    def from_parts(cls, stage: str, detail: str, report: Any = None) -> InternalError:
+        """The same error rebuilt from its stage and detail (another process's, sent as data)."""
+        err = cls(stage, RuntimeError(detail))
+        err.detail, err.report = detail, report
+        err.args = (f"internal error in gradaudit while {stage}: {detail}; please report it",)
+        return err
+
     def with_report(self, report: Any) -> InternalError:
         """Keep the report as far as it got, marked incomplete: what this stage would have found is missing."""
         if self.report is None:
@@ -62,6 +70,6 @@ def raised_by_tensorflow(exc: BaseException) -> bool:
 
 
 def _rebuild_internal(stage: str, detail: str, args: tuple, report: Any) -> InternalError:
-    err = InternalError(stage, RuntimeError(detail))
-    err.detail, err.args, err.report = detail, args, report
+    err = InternalError.from_parts(stage, detail, report)
+    err.args = args
     return err

@@ -5,18 +5,26 @@ copy) is made inside the run's folder, which the run removes at its end. A signa
 in the main thread, so the finally blocks stop the child and remove the folders. When the main thread is
 inside a TensorFlow kernel, Python cannot run that handler until the kernel returns: a watcher thread sees the
 signal at once (through the wakeup fd), and if the run has not ended after a grace period, removes the run's
-folder and ends the process (the child dies with it, see isolate.py)."""
+folder and ends the process (the child dies with it, see isolate.py). A SIGKILL runs no handler at all: a
+small reaper process removes the folder when the run's end of a pipe to it closes."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
 
 GRACE_SECONDS = 3.0
+
+
+# Removes the run's folder when the pipe from the run closes, which the kernel does when the run ends however
+# it ends, SIGKILL included: a few lines of Python, started without site-packages, in its own session.
+_REAPER = "import os, shutil, sys\nwhile os.read(0, 4096):\n    pass\nshutil.rmtree(sys.argv[1], ignore_errors=True)\n"
 
 
 class RunFolder:
@@ -25,6 +33,13 @@ class RunFolder:
         self._saved = (tempfile.tempdir, os.environ.get("TMPDIR"))
         tempfile.tempdir = self.path
         os.environ["TMPDIR"] = self.path  # child processes too
+        self._reaper: subprocess.Popen | None = None
+        try:
+            self._reaper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _REAPER, self.path],
+                                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
+        except OSError:
+            pass  # the run still removes its folder on every exit it lives to see
 
     def close(self) -> None:
         tempfile.tempdir, tmpdir = self._saved
@@ -33,6 +48,12 @@ class RunFolder:
         else:
             os.environ["TMPDIR"] = tmpdir
         shutil.rmtree(self.path, ignore_errors=True)
+        if self._reaper is not None and self._reaper.stdin is not None:
+            self._reaper.stdin.close()
+            try:
+                self._reaper.wait(5)
+            except subprocess.TimeoutExpired:
+                self._reaper.kill()
 
 
 def _watch(read_fd: int, folder: RunFolder, done: threading.Event) -> None:

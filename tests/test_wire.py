@@ -1,0 +1,58 @@
+"""The child's results as data (wire.py): a report goes through encode and decode unchanged, and anything
+that is not one (a wrong type, an unknown field, a missing one, a wrong enum, nesting past any report's) is
+refused with the field named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gradaudit.model import Finding, Isolation, NumericResult, Report, Severity, StabilityResult, Target
+from gradaudit.wire import WireError, decode, encode
+
+
+def test_a_report_round_trips_through_json(static_report):
+    report = static_report("classifier_argmax")
+    assert report.findings and report.flow and report.paths  # every nested kind is in it
+    report = Report(**{**report.__dict__, "numeric": [NumericResult("x", "y", "fail", float("nan"), 1e-3,
+                                                                     "float64", 4, order=2)],
+                       "stability": [StabilityResult("x", "y", -600.0, "ok", reported=None)],
+                       "isolation": Isolation("landlock-abi7", None, 1 << 30, 600.0, ("a",), None)})
+    back = decode(Report, json.loads(json.dumps(encode(report))))
+    assert back.findings == report.findings and back.flow == report.flow and back.paths == report.paths
+    assert back.stability == report.stability and back.isolation == report.isolation
+    assert back.numeric[0].rel_error != back.numeric[0].rel_error  # NaN stays NaN
+    assert json.dumps(encode(back)) == json.dumps(encode(report))
+
+
+def _finding(**change):
+    d = encode(Finding("GA201", "gradient-mismatch", Severity.ERROR, "m", "f"))
+    d.update(change)
+    return d
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"severity": "fatal"}, "severity"),
+    ({"code": 201}, "code"),
+    ({"sources": "x"}, "sources"),
+    ({"sources": [1]}, "sources[0]"),
+    ({"__reduce__": "os.system"}, "__reduce__"),
+    ({"op": {"op_type": "A", "op_name": "b"}}, "function"),
+])
+def test_what_is_not_a_finding_is_refused_naming_the_field(change, named):
+    with pytest.raises(WireError) as err:
+        decode(Finding, _finding(**change), "finding")
+    assert named in str(err.value)
+
+
+def test_nesting_and_sizes_are_bounded():
+    deep: list = []
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(WireError):
+        decode(tuple[str, ...], deep)
+    with pytest.raises(WireError):
+        decode(Target, {"path": "x" * (2 << 20), "kind": "saved_model", "signature": None})
+    assert decode(Target, {"path": "p", "kind": "saved_model", "signature": None}) == Target("p", "saved_model",
+                                                                                             None)
