@@ -15,6 +15,11 @@ def main() -> None:
         from gradaudit.batch import import_tensorflow_quietly
 
         import_tensorflow_quietly()
+        import tensorflow as tf
+
+        # Grappler's implementation selector swaps a call for another function of the same api_implements:
+        # the gate walks those functions too (safety/gate.py); nothing here needs the swap, so it is off.
+        tf.config.optimizer.set_experimental_options({"implementation_selector": False})
     except BaseException as exc:  # noqa: BLE001 - said to the parent, which reports it
         send_frame(socket.socket(fileno=sock_fd), "error", f"the process running the model could not start: "
                                                       f"{exc.__class__.__name__}: {exc}"[:4096])
