@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .suppress import Policy
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+CONFIG_META = "gradaudit.config"  # ctx.meta: the configuration file read (config.Config)
 
 
 def _error(message: str) -> None:
@@ -116,9 +117,36 @@ def _config(ctx: click.Context, _param, value: str | None) -> None:
     from .errors import GradauditError
 
     try:
-        ctx.default_map = {**(ctx.default_map or {}), **default_map(load(value, Path.cwd()), ctx)}
+        config = load(value, Path.cwd())
+        ctx.default_map = {**(ctx.default_map or {}), **default_map(config, ctx)}
     except GradauditError as exc:
         raise _Fatal(str(exc)) from None
+    ctx.meta[CONFIG_META] = config
+
+
+def _load_ops_from_config(run: AuditRun) -> AuditRun:
+    """`load-ops` from a configuration file (not from the command line) runs code the checkout being audited
+    may ship: one line on stderr says so; with --static-only, which runs nothing, nothing of it is loaded."""
+    import dataclasses
+
+    from click.core import ParameterSource
+
+    from .custom_ops import is_library
+    from .report.common import printable
+
+    ctx = click.get_current_context()
+    config = ctx.meta.get(CONFIG_META)
+    if not run.load_ops or config is None or ctx.get_parameter_source("load_ops") is not ParameterSource.DEFAULT_MAP:
+        return run
+    where = printable(str(config.path))
+    if run.static_only:
+        click.echo(f"gradaudit: load-ops from {where} not loaded with --static-only; pass --load-ops to load it",
+                   err=True)
+        return dataclasses.replace(run, load_ops=())
+    for spec in run.load_ops:
+        click.echo(f"gradaudit: {'loading' if is_library(spec) else 'importing'} {printable(spec)} (load-ops from "
+                   f"{where} runs its code)", err=True)
+    return run
 
 
 @main.command("audit")
@@ -140,6 +168,7 @@ def audit_command(run: AuditRun) -> None:
     the command line wins."""
     from .batch import AuditFailure, audit_models, find_models, import_tensorflow_quietly
 
+    run = _load_ops_from_config(run)
     if run.timeout and not run.static_only:  # models will run in children: their server imports TensorFlow
         from .isolate import prestart  # beside this process's own import
 
