@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -185,7 +187,8 @@ def audit_command(run: AuditRun) -> None:
             paths = select_shard(paths, run.models, run.shard)
             click.echo(f"gradaudit: shard {run.shard[0]}/{run.shard[1]}: {len(paths)} model(s)", err=True)
         policy = _policy(run)
-        with terminal.progress(len(paths)) as advance, terminal.status(len(paths) == 1):
+        to_stdout = any(path is None for _, path in run.targets())
+        with terminal.progress(len(paths)) as advance, terminal.status(len(paths) == 1), _stdout_away(to_stdout):
             audits = audit_models(paths, _audit_options(run), all_signatures=run.all_signatures, jobs=run.jobs,
                                   debug=run.debug, on_done=advance)
     except GradauditError as exc:
@@ -207,6 +210,49 @@ def audit_command(run: AuditRun) -> None:
     if changes is not None and changes.fails() and not run.exit_zero:  # a pair lost its gradient since the baseline
         sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_FINDINGS if not run.exit_zero and any(r.gate_fails(run.fail_on) for r in reports) else EXIT_OK)
+
+
+def _flush_c_stdio() -> None:
+    """Flush the C library's stdout buffer (where TensorFlow's PrintV2 writes through std::cout)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to ask (Windows): nothing buffered there by us
+        pass
+
+
+@contextmanager
+def _stdout_away(active: bool) -> Iterator[None]:
+    """While the audit runs, when the report goes to stdout: file descriptor 1 and sys.stdout point at
+    /dev/null, so that a model run in this process (--timeout 0: PrintV2 to stdout, a Python target's print)
+    cannot corrupt the report (`--format json` that no longer parses, injected `::error` lines, escape
+    codes); the real stdout is restored before the report is written. What the model printed is dropped."""
+    if not active:
+        yield
+        return
+    try:
+        sys.stdout.flush()
+        _flush_c_stdio()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no file descriptor 1 (closed): nothing of the model can reach it either
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    real = sys.stdout
+    try:
+        os.dup2(devnull, 1)
+        with open(os.devnull, "w", encoding="utf-8") as sink:
+            sys.stdout = sink
+            try:
+                yield
+            finally:
+                sys.stdout = real
+                _flush_c_stdio()  # what the model left buffered goes to /dev/null, not into the report
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _audit_options(run: AuditRun) -> AuditOptions:
