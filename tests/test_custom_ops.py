@@ -107,14 +107,20 @@ def test_load_ops_from_the_configuration_file(ops_so, tmp_path, monkeypatch):
     lib = tmp_path / "lib"
     lib.mkdir()
     shutil.copy(ops_so, lib / "ops.so")
-    (tmp_path / "pyproject.toml").write_text('[tool.gradaudit]\nload-ops = ["lib/ops.so"]\nstatic-only = true\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.gradaudit]\nload-ops = ["lib/ops.so"]\n')
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, [model("customop_float"), "--format", "json"])
+    # --timeout 0: the numeric checks run here, without starting the sandbox's server
+    result = CliRunner().invoke(main, [model("customop_float"), "--format", "json", "--timeout", "0"])
     assert result.exit_code in (0, 1), result.output  # not "no such file": the path was read beside the file
+    assert f"gradaudit: loading {lib / 'ops.so'} (load-ops from {tmp_path / 'pyproject.toml'} runs its code)" in (
+        result.stderr)
     import json
 
     doc = json.loads(result.stdout)  # known now (the package's gradient may already be registered here)
     assert "unknown" not in {e["status"] for e in doc["flow"]}
-    (tmp_path / "pyproject.toml").write_text('[tool.gradaudit]\nload-ops = ["lib/missing.so"]\n')
+    # with --static-only, which runs nothing, the file's load-ops is not loaded (the command line's would be)
     result = CliRunner().invoke(main, [model("customop_float"), "--static-only"])
+    assert "load-ops from" in result.stderr and "not loaded with --static-only" in result.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.gradaudit]\nload-ops = ["lib/missing.so"]\n')
+    result = CliRunner().invoke(main, [model("customop_float"), "--timeout", "0"])
     assert result.exit_code == 2 and "lib/missing.so: no such file" in result.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from .suppress import Policy
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+CONFIG_META = "gradaudit.config"  # ctx.meta: the configuration file read (config.Config)
 
 
 def _error(message: str) -> None:
@@ -116,9 +119,36 @@ def _config(ctx: click.Context, _param, value: str | None) -> None:
     from .errors import GradauditError
 
     try:
-        ctx.default_map = {**(ctx.default_map or {}), **default_map(load(value, Path.cwd()), ctx)}
+        config = load(value, Path.cwd())
+        ctx.default_map = {**(ctx.default_map or {}), **default_map(config, ctx)}
     except GradauditError as exc:
         raise _Fatal(str(exc)) from None
+    ctx.meta[CONFIG_META] = config
+
+
+def _load_ops_from_config(run: AuditRun) -> AuditRun:
+    """`load-ops` from a configuration file (not from the command line) runs code the checkout being audited
+    may ship: one line on stderr says so; with --static-only, which runs nothing, nothing of it is loaded."""
+    import dataclasses
+
+    from click.core import ParameterSource
+
+    from .custom_ops import is_library
+    from .report.common import printable
+
+    ctx = click.get_current_context()
+    config = ctx.meta.get(CONFIG_META)
+    if not run.load_ops or config is None or ctx.get_parameter_source("load_ops") is not ParameterSource.DEFAULT_MAP:
+        return run
+    where = printable(str(config.path))
+    if run.static_only:
+        click.echo(f"gradaudit: load-ops from {where} not loaded with --static-only; pass --load-ops to load it",
+                   err=True)
+        return dataclasses.replace(run, load_ops=())
+    for spec in run.load_ops:
+        click.echo(f"gradaudit: {'loading' if is_library(spec) else 'importing'} {printable(spec)} (load-ops from "
+                   f"{where} runs its code)", err=True)
+    return run
 
 
 @main.command("audit")
@@ -140,6 +170,7 @@ def audit_command(run: AuditRun) -> None:
     the command line wins."""
     from .batch import AuditFailure, audit_models, find_models, import_tensorflow_quietly
 
+    run = _load_ops_from_config(run)
     if run.timeout and not run.static_only and run.jobs <= 1:  # models will run in children of this process
         from .isolate import prestart  # the first one imports TensorFlow beside this process's own import
 
@@ -156,7 +187,8 @@ def audit_command(run: AuditRun) -> None:
             paths = select_shard(paths, run.models, run.shard)
             click.echo(f"gradaudit: shard {run.shard[0]}/{run.shard[1]}: {len(paths)} model(s)", err=True)
         policy = _policy(run)
-        with terminal.progress(len(paths)) as advance, terminal.status(len(paths) == 1):
+        to_stdout = any(path is None for _, path in run.targets())
+        with terminal.progress(len(paths)) as advance, terminal.status(len(paths) == 1), _stdout_away(to_stdout):
             audits = audit_models(paths, _audit_options(run), all_signatures=run.all_signatures, jobs=run.jobs,
                                   debug=run.debug, on_done=advance)
     except GradauditError as exc:
@@ -178,6 +210,49 @@ def audit_command(run: AuditRun) -> None:
     if changes is not None and changes.fails() and not run.exit_zero:  # a pair lost its gradient since the baseline
         sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_FINDINGS if not run.exit_zero and any(r.gate_fails(run.fail_on) for r in reports) else EXIT_OK)
+
+
+def _flush_c_stdio() -> None:
+    """Flush the C library's stdout buffer (where TensorFlow's PrintV2 writes through std::cout)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to ask (Windows): nothing buffered there by us
+        pass
+
+
+@contextmanager
+def _stdout_away(active: bool) -> Iterator[None]:
+    """While the audit runs, when the report goes to stdout: file descriptor 1 and sys.stdout point at
+    /dev/null, so that a model run in this process (--timeout 0: PrintV2 to stdout, a Python target's print)
+    cannot corrupt the report (`--format json` that no longer parses, injected `::error` lines, escape
+    codes); the real stdout is restored before the report is written. What the model printed is dropped."""
+    if not active:
+        yield
+        return
+    try:
+        sys.stdout.flush()
+        _flush_c_stdio()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no file descriptor 1 (closed): nothing of the model can reach it either
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    real = sys.stdout
+    try:
+        os.dup2(devnull, 1)
+        with open(os.devnull, "w", encoding="utf-8") as sink:
+            sys.stdout = sink
+            try:
+                yield
+            finally:
+                sys.stdout = real
+                _flush_c_stdio()  # what the model left buffered goes to /dev/null, not into the report
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _audit_options(run: AuditRun) -> AuditOptions:

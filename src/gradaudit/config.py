@@ -25,6 +25,10 @@ PYPROJECT = "pyproject.toml"
 # pyproject.toml found above the working folder may come with the untrusted checkout being audited.
 NOT_KEYS = frozenset({"config", "help"})
 COMMAND_LINE_ONLY = frozenset({"allow-unsafe-ops"})
+# Values a file must not give for the same reason: they turn the sandbox off. `timeout = 0` runs the model
+# in gradaudit's own process, unconfined; `memory-limit = 0` (or "none") lifts the memory limit. Positive
+# values are allowed.
+COMMAND_LINE_ONLY_ZERO = frozenset({"timeout", "memory-limit"})
 # Options that write files: a file may only point them inside its own folder (a checkout's pyproject.toml
 # must not write a report over ~/.bashrc); the command line may point them anywhere.
 WRITTEN = frozenset({"output", "json", "sarif", "junit", "markdown", "html", "write-baseline"})
@@ -100,15 +104,30 @@ def default_map(config: Config, ctx: click.Context) -> dict[str, Any]:
     defaults: dict[str, Any] = {}
     for key, value in config.values.items():
         if key in COMMAND_LINE_ONLY:
-            raise ConfigError(f"{config.where}: {key} can only be given on the command line (or to the Python "
-                              "API): it cannot be set in a configuration file")
+            raise _command_line_only(config, key)
         param = options.get(key)
         if not isinstance(param, click.Option):
             close = difflib.get_close_matches(key.replace("_", "-"), options, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; keys are: {', '.join(sorted(options))}"
             raise ConfigError(f"{config.where}: unknown key {key!r}{hint}")
         defaults[param.name] = _value(config, key, param, value, ctx)
+        if key in COMMAND_LINE_ONLY_ZERO and _turns_off(param, defaults[param.name], ctx):
+            raise _command_line_only(config, f"{key} = {value!r}", "it turns the sandbox off; timeout = 0 and "
+                                     "memory-limit = 0 or \"none\" cannot be set in a configuration file")
     return defaults
+
+
+def _command_line_only(config: Config, what: str,
+                       why: str = "it cannot be set in a configuration file") -> ConfigError:
+    return ConfigError(f"{config.where}: {what} can only be given on the command line (or to the Python API): "
+                       f"{why}")
+
+
+def _turns_off(param: click.Option, value: Any, ctx: click.Context) -> bool:
+    """A `timeout` or `memory-limit` value that means none (0, "none"), as the option itself reads it."""
+    if param.callback is not None:
+        value = param.callback(ctx, param, value)
+    return value is not None and value == 0
 
 
 def _inside_project(config: Config, key: str, value: str) -> None:

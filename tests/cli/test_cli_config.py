@@ -123,3 +123,53 @@ def test_a_file_may_write_inside_and_the_command_line_anywhere(stop, _isolated):
     assert run(stop, "--static-only").exit_code == 0 and (_isolated / "reports" / "gradaudit.sarif").exists()
     outside = _isolated.parent / "cli-outside.sarif"
     assert run(stop, "--static-only", "--sarif", outside).exit_code == 0 and outside.exists()
+
+
+@pytest.mark.parametrize("body", ['timeout = 0\n', 'timeout = 0.0\n', 'memory-limit = 0\n', 'memory-limit = "none"\n',
+                                  'memory-limit = "0G"\n'])
+def test_a_file_cannot_turn_the_sandbox_off(stop, _isolated, body):
+    path = _pyproject(_isolated, body)
+    result = run(stop, "--static-only")
+    assert result.exit_code == 2 and result.stdout == "" and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"gradaudit: error: {path} [tool.gradaudit]: {body.split(' =')[0]} = ")
+    assert "can only be given on the command line" in result.stderr and "turns the sandbox off" in result.stderr
+
+
+def test_a_file_may_bound_the_sandbox_and_the_command_line_may_lift_it(stop, _isolated):
+    _pyproject(_isolated, 'timeout = 30\nmemory-limit = "2G"\nstatic-only = true\n')
+    assert run(stop).exit_code == 0
+    assert run(stop, "--timeout", "0", "--memory-limit", "0").exit_code == 0
+
+
+@pytest.fixture
+def marker_module(_isolated, monkeypatch):
+    """An importable module that leaves a file behind when imported: whether load-ops ran its code."""
+    name = f"gradaudit_marker_{_isolated.parent.name.replace('-', '_')}"
+    code = _isolated.parent / "code"
+    code.mkdir()
+    (code / f"{name}.py").write_text(f"open({str(_isolated.parent / 'imported')!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(code))
+    return name, _isolated.parent / "imported"
+
+
+def test_load_ops_from_a_file_is_not_loaded_with_static_only(stop, _isolated, marker_module):
+    name, imported = marker_module
+    path = _pyproject(_isolated, f'load-ops = ["{name}", "ops/shipped.so"]\n')
+    result = run(stop, "--static-only")
+    assert result.exit_code == 0 and not imported.exists()  # the missing .so was not tried either
+    assert result.stderr == (f"gradaudit: load-ops from {path} not loaded with --static-only; pass --load-ops "
+                             "to load it\n")
+    result = run(stop, "--static-only", "--load-ops", name)  # the command line loads, and says nothing
+    assert result.exit_code == 0 and imported.exists() and "load-ops" not in result.stderr
+
+
+def test_load_ops_from_a_file_says_it_runs_code(stop, _isolated):
+    path = _pyproject(_isolated, 'load-ops = ["gradaudit_no_such_module", "ops/shipped.so"]\n')
+    result = run(stop, "--timeout", "0")
+    assert result.exit_code == 2  # the module is not there; the line came first
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"gradaudit: importing gradaudit_no_such_module (load-ops from {path} runs its code)"
+    assert lines[1] == f"gradaudit: loading {path.parent / 'ops/shipped.so'} (load-ops from {path} runs its code)"
+    assert "no module named 'gradaudit_no_such_module'" in result.stderr
+    result = run(stop, "--timeout", "0", "--load-ops", "gradaudit_no_such_module")
+    assert result.exit_code == 2 and "runs its code" not in result.stderr

@@ -4,16 +4,23 @@ well-formed XML, JSON that parses, no workflow-command line that gradaudit did n
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
 import tensorflow as tf
 from click.testing import CliRunner
 
+from gradaudit.batch import AuditFailure
 from gradaudit.cli import main
-from gradaudit.report import FORMATS
+from gradaudit.model import NumericResult, Report
+from gradaudit.report import FORMATS, render
+from gradaudit.report.common import md_code, md_text, printable
+from gradaudit.report.terminal import print_report
 
 EVIL_OP = "evil\x1b[2J\x1b]0;owned\x07\n::error::op-injected"
 EVIL_FOLDER = "model\n::error::folder-injected"
@@ -99,3 +106,145 @@ def test_error_lines_and_failures_cannot_inject(tmp_path, monkeypatch):
         result = CliRunner().invoke(main, [str(broken), "--static-only", "--format", fmt])
         assert result.exit_code == 2
         assert not _injected(result.stderr) and not _injected(result.stdout), (fmt, result.stderr, result.stdout)
+
+
+# Names carrying what each format reads: a table cell separator, HTML, a link, XML-invalid noncharacters, a
+# bidi override, a workflow command, an escape sequence, a backtick, a mention, rich markup, and a lone
+# surrogate (what a folder name that is not UTF-8 decodes to).
+HOSTILE = ("|<img src=x>[a](http://x)\ufffe\uffff\u202e::error::pwned\x1b[31m`@octocat[link=http://x]click[/link]"
+           "\u2066\u200f\x00\udcff")
+_RAW = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+                  "\ufffe\uffff]")
+_NAMED = {"name", "source", "output", "op_name", "function", "signature", "path", "message", "fix", "error",
+          "sources", "outputs", "reason"}
+
+
+def _hostile(value, named: bool = False):
+    """A copy of a Report with HOSTILE appended to every name (the same way everywhere, so that the flow still
+    matches its sources and outputs) and to every message."""
+    if isinstance(value, str):
+        return value + HOSTILE if named else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_hostile(v, named) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _hostile(getattr(value, f.name), f.name in _NAMED)
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
+
+
+@pytest.fixture(scope="module")
+def hostile_report(argmax_report) -> Report:
+    numeric = NumericResult("x", "cls", "fail", 0.5, 1e-3, "float32", 4, reason="differs")
+    return _hostile(dataclasses.replace(argmax_report, numeric=[numeric]))
+
+
+def _outside_code(markdown_text: str) -> str:
+    """The Markdown text GitHub renders as Markdown: without the Mermaid blocks and the code spans."""
+    text = re.sub(r"^```mermaid\n.*?^```$", "", markdown_text, flags=re.S | re.M)
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\":  # an escaped character, a backtick too, is text
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        if text[i] == "`":
+            run = re.match("`+", text[i:]).group()
+            close = re.compile(f"(?<!`){run}(?!`)").search(text, i + len(run))
+            if close:  # a code span, shown literally
+                i = close.end()
+                continue
+            out.append(run)
+            i += len(run)
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def _cell_count(row: str) -> int:
+    """Cells of a GFM table row: pipes not escaped by a backslash (which escapes any character after it)."""
+    pipes, i = 0, 0
+    while i < len(row):
+        if row[i] == "\\":
+            i += 2
+            continue
+        pipes += row[i] == "|"
+        i += 1
+    return pipes - 1
+
+
+def _tables(text: str) -> list[list[str]]:
+    tables: list[list[str]] = []
+    previous = False
+    for line in text.splitlines():
+        row = line.startswith("|")
+        if row and not previous:
+            tables.append([])
+        if row:
+            tables[-1].append(line)
+        previous = row
+    return tables
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("many", [False, True])
+def test_hostile_names_stay_inert_in_every_format(hostile_report, fmt, many):
+    failures = [AuditFailure("models/bad" + HOSTILE, "models/bad: malformed " + HOSTILE)] if many else []
+    out = render(fmt, [hostile_report, hostile_report] if many else [hostile_report], "error", failures)
+    out.encode("utf-8")  # strict: no lone surrogate
+    assert not _RAW.findall(out), sorted(set(_RAW.findall(out)))
+    assert not _injected(out), _injected(out)
+    if fmt in ("json", "sarif"):  # JSON escapes them itself, and keeps the exact names
+        assert any(HOSTILE in text for text in _strings(json.loads(out)))
+        return
+    assert "\\u202e" in out and "\\ufffe" in out and "\\uffff" in out  # shown, as escapes
+    if fmt == "junit":
+        root = ET.fromstring(out.encode("utf-8"))
+        assert any("\\u202e" in (el.text or "") + (el.get("message") or "") + (el.get("name") or "")
+                   for el in root.iter())
+    if fmt == "markdown":
+        tables = _tables(out)
+        assert len(tables) >= 2 + many
+        for table in tables:
+            assert len({_cell_count(row) for row in table}) == 1, table
+        rendered = _outside_code(out)
+        assert not re.search(r"(?<!\\)<img", rendered) and not re.search(r"(?<!\\)\[a", rendered)
+        assert "@octocat" not in rendered and "http://x" not in rendered  # in code spans only
+    if fmt == "html":
+        assert "<img src=x>" not in out and "&lt;img src=x&gt;" in out
+
+
+def test_rich_markup_in_a_name_is_shown_not_applied(argmax_report):
+    report = _hostile(argmax_report)
+    from rich.console import Console
+
+    buf = io.StringIO()
+    print_report(report, Console(file=buf, width=1000, color_system=None), "error")
+    sources = [s.name for s in report.sources]
+    assert all(s in buf.getvalue() or printable(s) in buf.getvalue() for s in sources)
+    assert buf.getvalue().count("[link=http://x]click[/link]") >= len(report.sources) + len(report.outputs)
+
+
+def test_markdown_code_spans_and_text():
+    assert md_code("a|b", cell=True) == "`a\\|b`" and md_code("a|b") == "`a|b`"
+    assert _cell_count("| " + md_code("a\\|b", cell=True) + " |") == 1
+    assert md_code("x`y") == "``x`y``" and md_code("`x") == "`` `x ``"
+    assert md_text("<img src=x> [a](y) **b**") == "\\<img src=x\\> \\[a\\](y) \\*\\*b\\*\\*"
+    assert md_text("ping @octocat about #12") == "ping `@octocat` about `#12`"
+    assert md_text("\u202e") == "\\\\u202e"  # the escape, its backslash escaped: GitHub shows \u202e
+
+
+def test_diff_reports_escape_names(hostile_report, argmax_report):
+    from gradaudit.report.changes import DIFF_REPORTERS
+    from gradaudit.report.diff import compare
+
+    gone = dataclasses.replace(hostile_report, flow=[dataclasses.replace(e, status="blocked")
+                                                     for e in hostile_report.flow])
+    changes = compare([hostile_report], [gone], "old" + HOSTILE, "new")
+    for fmt, reporter in DIFF_REPORTERS.items():
+        out = reporter(changes)
+        out.encode("utf-8")
+        assert not _RAW.findall(out), (fmt, sorted(set(_RAW.findall(out))))
+        if fmt == "markdown":
+            for table in _tables(out):
+                assert len({_cell_count(row) for row in table}) == 1, table

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..model import Report
+from .common import md_code, md_text, visible
 from .diff import Diff, ModelChanges, PairChange
 from .json_report import SCHEMA_VERSION, tool_info
 
@@ -45,6 +46,7 @@ def _headline(d: Diff) -> str:
 
 
 def render_text(d: Diff) -> str:
+    d = visible(d)  # the reports compared name the models' ops: no control character reaches the terminal
     out = [f"Changes {d.old} → {d.new}"]
     for m in d.models:
         out.append(f"{m.label}: {m.state}")
@@ -53,20 +55,17 @@ def render_text(d: Diff) -> str:
     return "\n".join(out) + "\n"
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;")
-
-
 def render_markdown(d: Diff) -> str:
-    out = [f"## {'❌' if d.fails() else '✅'} gradaudit: changes `{d.old}` → `{d.new}`", "",
-           _md(_headline(d)), ""]
+    d = visible(d)
+    out = [f"## {'❌' if d.fails() else '✅'} gradaudit: changes {md_code(d.old)} → {md_code(d.new)}", "",
+           md_text(_headline(d)), ""]
     for m in d.models:
-        out.append(f"### `{m.label}`: {m.state}")
+        out.append(f"### {md_code(m.label)}: {md_text(m.state)}")
         if m.pairs:
             out += ["", "| source | output | before | now | cut by |", "| --- | --- | --- | --- | --- |"]
-            out += [f"| `{p.source}` | `{p.output}` | {p.old} | {'❌ ' if p.lost else ''}{p.new} | {_md(_cuts(p))} |"
-                    for p in m.pairs]
-        rest = _other_lines(m, "- ", lambda n: f"`{n}`", _md)
+            out += [f"| {md_code(p.source, cell=True)} | {md_code(p.output, cell=True)} | {md_text(p.old)} "
+                    f"| {'❌ ' if p.lost else ''}{md_text(p.new)} | {md_text(_cuts(p))} |" for p in m.pairs]
+        rest = _other_lines(m, "- ", md_code, md_text)
         if rest:
             out += [""] + rest
         out.append("")

@@ -12,9 +12,23 @@ from typing import Any, TypeVar
 from ..model import Finding, Report, Severity
 
 T = TypeVar("T")
-# C0 and C1 control characters and the Unicode line separators: a name from the model (op, function,
-# folder) holding them could move the cursor, recolour a terminal, or start a new workflow-command line.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# What no report may carry raw from a name of the model (op, function, signature, output, folder):
+# - C0 and C1 control characters and the Unicode line separators, which move the cursor, recolour a
+#   terminal or start a new workflow-command line;
+# - the bidirectional controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069), which make a name read
+#   differently from what it is ("Trojan Source");
+# - lone surrogates and the noncharacters (U+FDD0-U+FDEF, U+xFFFE/U+xFFFF of every plane): XML 1.0 cannot
+#   hold surrogates, U+FFFE or U+FFFF, and a UTF-8 writer cannot encode a lone surrogate.
+_NONCHARACTERS = "".join(f"{chr(plane + 0xFFFE)}{chr(plane + 0xFFFF)}" for plane in range(0, 0x110000, 0x10000))
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
+                      "\ufdd0-\ufdef" + _NONCHARACTERS + "]")
+# Markdown: the characters that start emphasis, code, links and images, HTML, headings, strikethrough,
+# entities and math, and (in a table) a new cell; each is written with a backslash.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~!&$])")
+# What GitHub links or notifies even when escaped: @mentions, issue references and bare URLs. In a code span
+# they are shown, not acted on (a pull-request comment must not ping a user a model's op name names).
+_MD_LINKISH = re.compile(r"@[A-Za-z0-9][\w-]*(?:/[\w.-]+)?|(?<![\w&])#\d+|(?:https?://|ftp://|mailto:|www\.)[^\s|\\`]*",
+                         re.IGNORECASE)
 
 GRAPH_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
@@ -70,8 +84,39 @@ def concerns(finding: Finding, source: str, output: str) -> bool:
 
 
 def printable(text: str) -> str:
-    """`text` with every control character written as a visible escape (`\\x1b`, `\\n`)."""
+    """`text` with every control character, bidirectional control, lone surrogate and noncharacter written
+    as a visible escape (`\\x1b`, `\\n`, `\\u202e`, `\\ufffe`): the escaping of every text format (terminal,
+    GitHub, JUnit XML, HTML, Markdown, error lines), which `visible` applies to a whole Report."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def md_code(text: str, cell: bool = False) -> str:
+    """`text` (made printable) as a Markdown code span, which GitHub shows literally: no emphasis, HTML,
+    link, image or mention. The fence is longer than any run of backticks in `text`. In a table `cell` a
+    `|` is written `\\|`; a name holding a backslash and a `|` is written as escaped text instead (GFM
+    splits a cell at the `|` of `\\\\|` even in a code span)."""
+    text = printable(text)
+    if cell and "|" in text:
+        if "\\" in text:
+            return md_text(text)
+        text = text.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if not text or text[0] in "` " or text[-1] in "` " else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_text(text: str) -> str:
+    """`text` (made printable) as plain Markdown text, also inside a table cell: every character Markdown
+    or a GFM table reads is backslash-escaped, so an `<img>`, a `[link](...)`, `**` or a `|` stay text, and
+    @mentions, #123 references and bare URLs are shown in code spans, so they neither notify nor link."""
+    text = printable(text)
+    out, last = [], 0
+    for m in _MD_LINKISH.finditer(text):
+        out += [_MD_SPECIAL.sub(r"\\\1", text[last:m.start()]), md_code(m.group(), cell=True)]
+        last = m.end()
+    out.append(_MD_SPECIAL.sub(r"\\\1", text[last:]))
+    return "".join(out)
 
 
 def visible(value: T) -> T:

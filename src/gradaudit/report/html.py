@@ -313,6 +313,7 @@ def page(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[A
     from .json_report import tool_info
 
     reports, failures = visible(list(reports)), visible(list(failures))  # no raw control character from names
+    changes = visible(changes)
     views = [model_view(r, k, fail_on) for k, r in enumerate(reports)]
     verdicts = [r.verdict(fail_on) for r in reports]
     if failures or "fail" in verdicts or (changes is not None and changes.fails()):
@@ -336,5 +337,6 @@ def render_diff(changes: Diff) -> str:
     """`gradaudit diff --format html`: the changes alone."""
     from .json_report import tool_info
 
+    changes = visible(changes)  # no raw control or bidirectional character from the compared reports' names
     return environment().get_template("diff.html.j2").render(
         changes=changes, verdict="fail" if changes.fails() else "pass", tool=tool_info())

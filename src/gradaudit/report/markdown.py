@@ -3,13 +3,12 @@ Mermaid flowchart of each broken path (sources -> ... -> cutting op -> outputs),
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..model import Finding, FlowEntry, OpRef, Report, Severity, combined_verdict
-from .common import display_path, model_label, visible
+from .common import display_path, md_code, md_text, model_label, visible
 from .numeric_rows import numeric_rows
 from .terminal import MAX_ROWS
 
@@ -17,17 +16,20 @@ if TYPE_CHECKING:
     from ..model import AuditFailure
 
 _MARK = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~])")
 MAX_NODES = 12  # sources or outputs drawn in one chart; the rest are counted in one node
 
 
-def _esc(text: str) -> str:
-    """Plain text in Markdown: op and function names are full of underscores."""
-    return _MD_SPECIAL.sub(r"\\\1", text).replace("\n", " ")
+# Names and messages from the model, as text and as code (common.md_text, common.md_code): op and function
+# names are full of underscores, and a name may hold `|`, HTML, a link or a mention.
+_esc = md_text
 
 
-def _code(text: str) -> str:
-    return f"`{text.replace('`', '')}`"
+def _cell_code(text: str) -> str:
+    """A name in a table cell: a `|` in it must not start a new cell."""
+    return md_code(text, cell=True)
+
+
+_code = md_code
 
 
 def _counts(report: Report) -> str:
@@ -55,7 +57,7 @@ def _flow_table(report: Report) -> list[str]:
     cells = {(f.source, f.output): f for f in report.flow}
     sources = [s for s in report.sources if s.differentiable]
     many = sum(s.kind == "variable" for s in sources) > MAX_ROWS
-    lines = ["| source | " + " | ".join(_code(o) for o in outputs) + " |",
+    lines = ["| source | " + " | ".join(_cell_code(o) for o in outputs) + " |",
              "| --- |" + " --- |" * len(outputs)]
     hidden = 0
     for s in sources:
@@ -63,7 +65,7 @@ def _flow_table(report: Report) -> list[str]:
         if many and s.kind == "variable" and all(e is not None and e.status == "connected" for e in row):
             hidden += 1
             continue
-        name = _code(s.name) + (" (variable)" if s.kind == "variable" else "")
+        name = _cell_code(s.name) + (" (variable)" if s.kind == "variable" else "")
         lines.append(f"| {name} | " + " | ".join(_cell(e) for e in row) + " |")
     if hidden:
         lines.append(f"| {hidden} more variables | " + " | ".join("✅ connected" for _ in outputs) + " |")
@@ -78,7 +80,8 @@ def _finding(f: Finding) -> list[str]:
 def _label(*lines: str) -> str:
     """A Mermaid node label: quoted, the characters Mermaid parses replaced by entity codes, one line each."""
     def esc(text: str) -> str:
-        return text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+        return (text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+                .replace("`", "#96;"))  # a label starting with a backtick would be a Markdown string
 
     return '"' + "<br/>".join(esc(line) for line in lines) + '"'
 
@@ -130,8 +133,8 @@ def _numeric(report: Report) -> list[str]:
         n = row.result
         at = f" at {row.where}" if row.where else ""
         error = "" if n.rel_error is None or row.folded else f"{n.rel_error:.1e}"
-        out.append(f"| {_code(n.source)} → {_code(row.output)}{_esc(at)} | {n.status} | {error} | {n.dtype or ''} "
-                   f"| {_esc(row.details())} |")
+        out.append(f"| {_cell_code(n.source)} → {_cell_code(row.output)}{_esc(at)} | {_esc(n.status)} | {error} "
+                   f"| {_esc(n.dtype or '')} | {_esc(row.details())} |")
     return out + ["", "</details>", ""]
 
 
@@ -179,10 +182,10 @@ def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Seq
     for r in reports:
         c = r.summary()
         blocked = sum(f.status == "blocked" for f in r.flow)
-        out.append(f"| {_code(model_label(r))} | {_verdict(r.verdict(fail_on))} | {c['error']} | {c['warning']} "
+        out.append(f"| {_cell_code(model_label(r))} | {_verdict(r.verdict(fail_on))} | {c['error']} | {c['warning']} "
                    f"| {c['info']} | {blocked} |")
     for f in failures:
-        out.append(f"| {_code(display_path(f.path))} | 💥 not audited: {_esc(f.error)} | | | | |")
+        out.append(f"| {_cell_code(display_path(f.path))} | 💥 not audited: {_esc(f.error)} | | | | |")
     out.append("")
     for r in reports:
         out += _section(r, fail_on, "###")

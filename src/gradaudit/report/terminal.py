@@ -52,7 +52,7 @@ def _flow_table(report: Report) -> RenderableType:
     table = Table(title="Gradient flow: source (row) to output (column)", title_justify="left")
     table.add_column("source")
     for o in outputs:
-        table.add_column(o)
+        table.add_column(Text(o))  # Text, not str: rich reads a str as markup ("[link=...]" in a name)
     hidden = 0
     many = sum(s.kind == "variable" for s in sources) > MAX_ROWS
     for s in sources:
@@ -60,7 +60,7 @@ def _flow_table(report: Report) -> RenderableType:
         if many and s.kind == "variable" and all(e is not None and e.status == "connected" for e in row):
             hidden += 1
             continue
-        table.add_row(s.name + (" (var)" if s.kind == "variable" else ""), *[_cell(e) for e in row])
+        table.add_row(Text(s.name + (" (var)" if s.kind == "variable" else "")), *[_cell(e) for e in row])
     if hidden:
         table.add_row(Text(f"{hidden} more variables", style="italic"),
                       *[Text("connected", style="green") for _ in outputs])
@@ -75,13 +75,13 @@ def _sources_table(report: Report) -> RenderableType:
     for s in report.sources:
         if s.kind == "variable" and len(variables) > MAX_ROWS:
             continue
-        table.add_row(s.name, s.kind, s.dtype, _shape(s.shape),
+        table.add_row(Text(s.name), Text(s.kind), Text(s.dtype), _shape(s.shape),
                       "differentiable" if s.differentiable else Text("not differentiable (by dtype)", style="dim"))
     if len(variables) > MAX_ROWS:
         table.add_row(f"{len(variables)} trainable variables", "variable",
-                      ", ".join(sorted({v.dtype for v in variables})), "", "differentiable")
+                      Text(", ".join(sorted({v.dtype for v in variables}))), "", "differentiable")
     for o in report.outputs:
-        table.add_row(o.name, "output", o.dtype, _shape(o.shape), "")
+        table.add_row(Text(o.name), "output", Text(o.dtype), _shape(o.shape), "")
     return table
 
 
@@ -109,10 +109,10 @@ def _numeric_table(report: Report) -> RenderableType:
     for row in numeric_rows(report.numeric):
         n = row.result
         at = f" ({row.where})" if row.where else ""
-        table.add_row(n.source + at, row.output, Text(n.status, style=_NUM_STYLE.get(n.status, "")),
+        table.add_row(Text(n.source + at), Text(row.output), Text(n.status, style=_NUM_STYLE.get(n.status, "")),
                       "" if n.rel_error is None or row.folded else f"{n.rel_error:.2e}",
-                      "" if n.step is None or row.folded else f"{n.step:.1e}", n.dtype or "", str(row.evaluations),
-                      row.details())
+                      "" if n.step is None or row.folded else f"{n.step:.1e}", Text(n.dtype or ""),
+                      str(row.evaluations), Text(row.details()))
     return table
 
 
@@ -138,7 +138,7 @@ def _stability_table(report: Report) -> RenderableType:
             else:
                 row.append(Text("NaN/Inf grad" if s.status == "nonfinite_gradient" else "NaN/Inf fwd",
                                 style="bold red" if s.status == "nonfinite_gradient" else "yellow"))
-        table.add_row(f"{src} -> {out}", *row)
+        table.add_row(Text(f"{src} -> {out}"), *row)
     if expected:
         table.caption = ("inf/nan, not judged: non-finite in the float64 reference as well, or a true value "
                          "beyond the dtype's range; not a finding by itself (see the JSON detail)")
