@@ -23,7 +23,8 @@ TF1_INIT_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "table_initiali
 TF1_LOCAL_VARIABLES = "local_variables"
 # Grappler's implementation selector (implementation_selector.cc, function_api_info.cc) swaps a call of a
 # function for another library function with the same `api_implements` attribute (its string value; empty is
-# no interface) whose `api_preferred_device` is the call's device type: Keras's cuDNN/standard LSTM pairs.
+# no interface) whose `api_preferred_device` is the call's device type (tf.keras 2's cuDNN/standard LSTM and
+# GRU; Keras 3 does not use it). Nothing calls the sibling in the graph: the gate walks it as a root.
 API_IMPLEMENTS = "api_implements"
 _PASS_THROUGH = {"Identity", "IdentityN", "Snapshot", "StopGradient"}
 _MAX_DEPTH = 64  # provenance of a tensor through identities and call arguments
@@ -311,12 +312,13 @@ def check(model, sig) -> list[Verdict]:
         if _interface(fdef):
             interfaces.setdefault(_interface(fdef), []).append(fname)
     walked: list[str] = []  # every function walked, in order
+    scanned = 0  # how many of them have had their siblings looked up
     pending = list(all_roots)
     while pending:
         root = pending.pop(0)
         _walk(root, library, prov, visits, seen, via, walked)
         if not pending:  # the implementation selector's swaps: their callees may swap again
-            pending = _swapped_in(walked, interfaces, library, seen)
+            pending, scanned = _swapped_in(walked[scanned:], interfaces, library, seen), len(walked)
     found: dict[OpRef, Verdict] = {}
     for root, where, batch in visits:
         for node in batch:
@@ -354,8 +356,9 @@ def _walk(root: _Root, library, prov: _Provenance, visits: list, seen: set, via:
 
 def _swapped_in(walked: list[str], interfaces: dict[str, list[str]], library, seen: set) -> list[_Root]:
     """Roots for the library functions TensorFlow's implementation selector may run instead of a walked one:
-    every function sharing a walked function's `api_implements`, whatever its preferred device or function
-    type (the selector matches those too; any sibling is walked), unless it is walked already."""
+    every function sharing a walked function's `api_implements`, whatever its preferred device (the device
+    a call runs on decides) or function type (inference, forward, backward: the selector keeps them apart, the
+    gate does not), unless it is walked already."""
     out = []
     for fname in walked:
         name = _interface(library.functions[fname])
