@@ -127,6 +127,11 @@ def _tf1_model(path: str, canary: str, where: str) -> str:
         x = tf.compat.v1.placeholder(tf.float32, [None], name="x")
         w = tf.compat.v1.get_variable("w", initializer=2.0, use_resource=True)
         write = tf.io.write_file(canary, "tf1 init ran")
+        if where == "local_variable":  # the TF2 loader runs local variables' initializers (no main op here)
+            with tf.control_dependencies([write]):
+                start = tf.constant(0.0, name="start")
+            tf.compat.v1.get_variable("count", initializer=start, use_resource=True, trainable=False,
+                                      collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
         if where == "signature":
             with tf.control_dependencies([write]):  # only a control input of the output
                 y = tf.identity(x * w, name="y")
@@ -155,6 +160,39 @@ def tf1_table_initializer_writes(path: str, canary: str) -> str:
 
 def tf1_control_dependency_writes(path: str, canary: str) -> str:
     return _tf1_model(path, canary, "signature")
+
+
+def tf1_local_variable_writes(path: str, canary: str) -> str:
+    return _tf1_model(path, canary, "local_variable")
+
+
+INTERFACE = "gradaudit_double"
+
+
+def implements_pair(path: str, canary: str | None) -> str:
+    """Two functions implementing one interface (`api_implements`): the signature calls the one preferring a
+    GPU; on a CPU, TensorFlow's implementation selector swaps in its sibling preferring the CPU, which nothing
+    calls and which writes `canary` (None: a pure sibling, as in Keras's cuDNN/standard pairs)."""
+    def attrs(device: str) -> dict:
+        return {"api_implements": INTERFACE, "api_preferred_device": device}
+
+    @tf.function(input_signature=[SPEC], autograph=False, experimental_attributes=attrs("GPU"))
+    def called(x):
+        return x * 2.0
+
+    @tf.function(input_signature=[SPEC], autograph=False, experimental_attributes=attrs("CPU"))
+    def sibling(x):
+        if canary is not None:
+            tf.io.write_file(canary, "sibling ran")
+        return x + x
+
+    # the sibling is saved as a method of the module: in the function library, called by nothing
+    return _save(_with_call(lambda self, x: {"y": called(x) * self.w}, w=tf.Variable(1.0, name="w"),
+                            called=called, sibling=sibling), path)
+
+
+def implements_sibling_writes(path: str, canary: str) -> str:
+    return implements_pair(path, canary)
 
 
 def candidate_sampler_reads(path: str, canary: str) -> str:
@@ -255,6 +293,10 @@ ATTACKS: dict[str, tuple] = {
     "creator_writes": (creator_writes, Attack("WriteFile", "_create_resource", False)),
     "dataset_function_writes": (dataset_function_writes, Attack("WriteFile", "Dataset_map", False)),
     "tf1_control_dependency_writes": (tf1_control_dependency_writes, Attack("WriteFile", "signature", False)),
+    "tf1_local_variable_writes": (tf1_local_variable_writes,
+                                  Attack("WriteFile", "the initializer of local variable 'count:0'", False)),
+    "implements_sibling_writes": (implements_sibling_writes,
+                                  Attack("WriteFile", "swapped in by TensorFlow's implementation selector", False)),
     "candidate_sampler_reads": (candidate_sampler_reads, Attack("FixedUnigramCandidateSampler", "signature", True)),
     "decode_proto_reads": (decode_proto_reads, Attack("DecodeProtoV2", "signature", True)),
     "computed_table_path_reads": (computed_table_path_reads,

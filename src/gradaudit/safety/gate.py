@@ -12,8 +12,20 @@ from .op_classes import CLASSES, TF_VERSION
 
 TOP = "<graph>"
 INIT_OP_KEY = "__saved_model_init_op"
-# TF1 collections whose ops the loader runs after restoring the variables.
+# TF1 collections whose ops the loader runs after restoring the variables: load_v1_in_v2's
+# _EagerSavedModelLoader.load runs loader_impl.get_init_op (the __saved_model_init_op signature, else the
+# saved_model_main_op, else the legacy_init_op collection) or, when the model has none of them,
+# monitored_session.Scaffold.default_local_init_op (tables_initializer(): the table_initializer collection).
 TF1_INIT_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "table_initializer")
+# Scaffold.default_local_init_op also runs local_variables_initializer(): the initializer op of each VariableDef
+# of this collection (its `initializer_name`), as import_meta_graph deserialises it. Its third part, the
+# local_resources collection's creators, is never written into a MetaGraphDef (no proto function).
+TF1_LOCAL_VARIABLES = "local_variables"
+# Grappler's implementation selector (implementation_selector.cc, function_api_info.cc) swaps a call of a
+# function for another library function with the same `api_implements` attribute (its string value; empty is
+# no interface) whose `api_preferred_device` is the call's device type (tf.keras 2's cuDNN/standard LSTM and
+# GRU; Keras 3 does not use it). Nothing calls the sibling in the graph: the gate walks it as a root.
+API_IMPLEMENTS = "api_implements"
 _PASS_THROUGH = {"Identity", "IdentityN", "Snapshot", "StopGradient"}
 _MAX_DEPTH = 64  # provenance of a tensor through identities and call arguments
 
@@ -86,11 +98,40 @@ def roots(model, sig) -> list[_Root]:
         coll = meta.collection_def.get(key)
         if coll is not None and coll.HasField("node_list"):
             out.append(_Root(f"the {key} collection", TOP, closure(graph_def, list(coll.node_list.value))))
+    # Walked whether or not the model has an init op (the loader then runs them only without one).
+    for variable, initializer in _local_initializers(meta):
+        out.append(_Root(f"the initializer of local variable {variable!r} (the {TF1_LOCAL_VARIABLES} collection)",
+                         TOP, closure(graph_def, [initializer])))
     saver = meta.saver_def
     if saver.restore_op_name:
         out.append(_Root("the saver's restore op", TOP, closure(graph_def, [saver.restore_op_name]), saver=True))
     out.extend(_object_graph_roots(model))
     return out
+
+
+def _local_initializers(meta) -> list[tuple[str, str]]:
+    """(variable name, initializer op name) of each VariableDef of the TF1 local_variables collection."""
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.framework import variable_pb2
+
+    coll = meta.collection_def.get(TF1_LOCAL_VARIABLES)
+    if coll is None or not coll.HasField("bytes_list"):
+        return []
+    out = []
+    for raw in coll.bytes_list.value:
+        variable = variable_pb2.VariableDef()
+        try:
+            variable.ParseFromString(raw)
+        except DecodeError:
+            continue  # the loader's import_meta_graph fails on it before anything runs
+        if variable.initializer_name:
+            out.append((variable.variable_name, variable.initializer_name))
+    return out
+
+
+def _interface(fdef) -> str:
+    """The `api_implements` interface a FunctionDef declares, as the implementation selector reads it."""
+    return fdef.attr[API_IMPLEMENTS].s.decode(errors="replace") if API_IMPLEMENTS in fdef.attr else ""
 
 
 def _concrete_names(model, node_id: int) -> list[str]:
@@ -266,22 +307,18 @@ def check(model, sig) -> list[Verdict]:
     visits: list[tuple[_Root, str, tuple]] = []
     seen: set[tuple[str, bool]] = set()
     via: dict[str, str] = {}  # function -> how a gradient brought it in, for the message
-    for root in all_roots:
-        stack = [(root.where, root.nodes)]
-        while stack:
-            where, batch = stack.pop()
-            visits.append((root, where, batch))
-            for node in batch:
-                gradient = _gradient_function(node, library)
-                for fname in _function_names(node, library):
-                    prov.call(where, node, fname)
-                    if fname in library.functions and (fname, root.saver) not in seen:
-                        seen.add((fname, root.saver))
-                        if fname == gradient:
-                            via.setdefault(fname, f"the saved custom gradient of {node.op} '{node.name}'")
-                        elif where in via:
-                            via.setdefault(fname, via[where])
-                        stack.append((fname, tuple(library.functions[fname].node_def)))
+    interfaces: dict[str, list[str]] = {}  # api_implements -> the library functions that declare it
+    for fname, fdef in library.functions.items():
+        if _interface(fdef):
+            interfaces.setdefault(_interface(fdef), []).append(fname)
+    walked: list[str] = []  # every function walked, in order
+    scanned = 0  # how many of them have had their siblings looked up
+    pending = list(all_roots)
+    while pending:
+        root = pending.pop(0)
+        _walk(root, library, prov, visits, seen, via, walked)
+        if not pending:  # the implementation selector's swaps: their callees may swap again
+            pending, scanned = _swapped_in(walked[scanned:], interfaces, library, seen), len(walked)
     found: dict[OpRef, Verdict] = {}
     for root, where, batch in visits:
         for node in batch:
@@ -293,3 +330,42 @@ def check(model, sig) -> list[Verdict]:
                 label = f"{root.label}, as {via[where]}" if where in via else root.label
                 found[ref] = Verdict(ref, judged[0], judged[1], label)
     return list(found.values())
+
+
+def _walk(root: _Root, library, prov: _Provenance, visits: list, seen: set, via: dict, walked: list) -> None:
+    """Every function reachable from `root`, each (with its saver flag) once over all roots."""
+    if root.where != TOP:
+        walked.append(root.where)
+    stack = [(root.where, root.nodes)]
+    while stack:
+        where, batch = stack.pop()
+        visits.append((root, where, batch))
+        for node in batch:
+            gradient = _gradient_function(node, library)
+            for fname in _function_names(node, library):
+                prov.call(where, node, fname)
+                if fname in library.functions and (fname, root.saver) not in seen:
+                    seen.add((fname, root.saver))
+                    walked.append(fname)
+                    if fname == gradient:
+                        via.setdefault(fname, f"the saved custom gradient of {node.op} '{node.name}'")
+                    elif where in via:
+                        via.setdefault(fname, via[where])
+                    stack.append((fname, tuple(library.functions[fname].node_def)))
+
+
+def _swapped_in(walked: list[str], interfaces: dict[str, list[str]], library, seen: set) -> list[_Root]:
+    """Roots for the library functions TensorFlow's implementation selector may run instead of a walked one:
+    every function sharing a walked function's `api_implements`, whatever its preferred device (the device
+    a call runs on decides) or function type (inference, forward, backward: the selector keeps them apart, the
+    gate does not), unless it is walked already."""
+    out = []
+    for fname in walked:
+        name = _interface(library.functions[fname])
+        for sibling in interfaces.get(name, []) if name else []:
+            if sibling != fname and (sibling, False) not in seen:
+                seen.add((sibling, False))
+                out.append(_Root(f"the function {sibling}, swapped in by TensorFlow's implementation selector for "
+                                 f"{fname} ({API_IMPLEMENTS} {name!r})", sibling,
+                                 tuple(library.functions[sibling].node_def)))
+    return out
