@@ -283,33 +283,54 @@ def _execute(report: _Draft, analysis, path: str, options: AuditOptions, key: st
         loads.close()
 
 
-def _executed_part(path: str, options: AuditOptions, key: str) -> dict[str, Any]:
-    """In the child process: the whole audit again (the static pass is cheap) without the timeout, sent back
-    as data (wire.py). gradaudit's own failure comes back as a value, so that the parent says it is one."""
+def _executed_part(kind: str, path: str, options: AuditOptions, key: str | None) -> dict[str, Any]:
+    """In the child process: the whole audit of a SavedModel (or a Keras file) again without the timeout,
+    sent back as data (wire.py). gradaudit's own failure and the model's (exit 2) come back as values, so
+    that the parent says which it is."""
     from .wire import encode
 
+    options = replace(options, timeout=None)
     try:
-        return {"report": encode(audit_saved_model(path, replace(options, timeout=None), key))}
+        report = audit_saved_model(path, options, key) if kind == "saved_model" else _audit_keras_file(path, options)
+        return {"report": encode(report)}
     except InternalError as exc:
         return {"internal": {"stage": exc.stage, "detail": exc.detail,
                              "report": encode(exc.report) if exc.report is not None else None}}
+    except GradauditError as exc:
+        return {"error": str(exc)}
 
 
 def _child_result(data: Any) -> Report | InternalError:
-    """What the child sent, checked field by field: a Report, or gradaudit's own failure in the child.
-    WireError when it is neither (a model that got ops past the gate may have written it)."""
+    """What the child sent, checked field by field: a Report, or gradaudit's own failure in the child; the
+    model's fault is raised (GradauditError, exit 2). WireError when it is none of them (a model that got ops
+    past the gate may have written it)."""
     from .wire import WireError, decode
 
     if not isinstance(data, dict) or len(data) != 1:
-        raise WireError("result: expected one of report, internal")
+        raise WireError("result: expected one of report, internal, error")
     if "report" in data:
         return decode(Report, data["report"], "report")
+    if "error" in data:
+        raise GradauditError(decode(str, data["error"], "error"))
     internal = data.get("internal")
     if not isinstance(internal, dict) or set(internal) != {"stage", "detail", "report"}:
-        raise WireError("result: expected one of report, internal")
+        raise WireError("result: expected one of report, internal, error")
     stage, detail = decode(str, internal["stage"], "stage"), decode(str, internal["detail"], "detail")
     partial = None if internal["report"] is None else decode(Report, internal["report"], "report")
     return InternalError.from_parts(stage, detail, partial)
+
+
+def _in_child(kind: str, path: str, options: AuditOptions, key: str | None) -> tuple[Report | InternalError,
+                                                                                      Isolation]:
+    """The audit of `path` in the confined child: its result checked, and the isolation in force. Raises
+    isolate.Stopped when it brought none, WireError when what it sent is not a result."""
+    from .isolate import run_isolated
+    from .safety.sandbox import default_memory_limit
+
+    limit = default_memory_limit() if options.memory_limit is None else options.memory_limit or None
+    readable = _readable(_model_folder(path) if kind == "saved_model" else os.path.abspath(path), options)
+    sent, isolation = run_isolated(_executed_part, (kind, path, options, key), options.timeout, readable, limit)
+    return _child_result(sent), isolation
 
 
 _IN_PROCESS = Isolation(None, None, None, None, ("the model ran in gradaudit's own process (no --timeout): no "
@@ -335,36 +356,34 @@ def _variables_restorable(report: _Draft, model, path: str) -> bool:
     return problem is None
 
 
-def _readable(path: str, options: AuditOptions) -> tuple[str, ...]:
-    """What the child that runs the model reads besides the Python environment: the model folder, --inputs,
-    and the shared libraries of --load-ops."""
+def _readable(model: str, options: AuditOptions) -> tuple[str, ...]:
+    """What the child that runs the model reads besides the Python environment: the model (its folder, or
+    the Keras file), --inputs, and the shared libraries of --load-ops."""
     from .custom_ops import is_library
 
     extra = [options.inputs_file] if options.inputs_file else []
-    return (_model_folder(path), *extra, *(lib for lib in options.load_ops if is_library(lib)))
+    return (model, *extra, *(lib for lib in options.load_ops if is_library(lib)))
+
+
+def _stopped(exc) -> str:
+    from .isolate import Timeout
+
+    if isinstance(exc.reason, Timeout):
+        return f"did not finish within --timeout {exc.reason.seconds:g} s"
+    return f"did not finish: {exc}"
 
 
 def _execute_isolated(report: _Draft, path: str, options: AuditOptions, key: str) -> None:
-    from .isolate import Stopped, Timeout, run_isolated
-    from .safety.sandbox import default_memory_limit
-
-    limit = default_memory_limit() if options.memory_limit is None else options.memory_limit or None
-    try:
-        sent, report.isolation = run_isolated(_executed_part, (path, options, key), options.timeout,
-                                               _readable(path, options), limit)
-    except Stopped as exc:
-        report.isolation = exc.isolation
-        if isinstance(exc.reason, Timeout):
-            report.incomplete.append(f"numeric checks and stability probes did not finish within --timeout "
-                                     f"{options.timeout:g} s; the static report is complete")
-        else:
-            report.incomplete.append(f"numeric checks and stability probes did not finish: {exc}; the static "
-                                     "report is complete")
-        return
+    from .isolate import Stopped
     from .wire import WireError
 
     try:
-        child = _child_result(sent)
+        child, report.isolation = _in_child("saved_model", path, options, key)
+    except Stopped as exc:
+        report.isolation = exc.isolation
+        report.incomplete.append(f"numeric checks and stability probes {_stopped(exc)}; the static report is "
+                                 "complete")
+        return
     except WireError as exc:
         report.incomplete.append(f"numeric checks and stability probes did not finish: the process running the "
                                  f"model sent a malformed result ({exc}); the static report is complete")
@@ -378,6 +397,32 @@ def _execute_isolated(report: _Draft, path: str, options: AuditOptions, key: str
     for line, stage in zip(child.notes, child.note_stages):
         report.note(stage, [line])
     report.incomplete.extend(child.incomplete)
+
+
+def _audit_keras_file(path: str, options: AuditOptions) -> Report:
+    """A Keras file is loaded (Keras builds the model from its configuration: its code runs) and traced in the
+    confined child when there is a --timeout, --static-only included: a configuration that declares a huge
+    shape or a recurrent layer over millions of steps is bounded there, not in gradaudit's own process."""
+    from .targets.python import load_keras_file
+
+    if not options.timeout:
+        model = load_keras_file(path, allow_unsafe=options.allow_unsafe_ops)
+        return audit_object(model, options, label=os.path.abspath(path), kind="keras")
+    from .isolate import Stopped
+    from .wire import WireError
+
+    target = Target(os.path.abspath(path), "keras", None)
+    try:
+        child, isolation = _in_child("keras", path, options, None)
+    except Stopped as exc:
+        return _Draft(target=target, isolation=exc.isolation,
+                      incomplete=[f"the audit of the Keras file {_stopped(exc)}"]).build()
+    except WireError as exc:
+        return _Draft(target=target, incomplete=[f"the audit of the Keras file did not finish: the process running "
+                                                 f"it sent a malformed result ({exc})"]).build()
+    if isinstance(child, InternalError):
+        raise child
+    return replace(child, target=target, isolation=isolation if child.isolation is not None else None)
 
 
 def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str = "python") -> Report:
@@ -596,7 +641,7 @@ def audit(target, *, config: str | os.PathLike | None = None, select=None, ignor
 
 
 def _audit_target(target, options: dict) -> Report:
-    from .targets.python import KERAS_SUFFIXES, is_python_target, load_keras_file, resolve
+    from .targets.python import KERAS_SUFFIXES, is_python_target, resolve
 
     fields: dict[str, Any] = {k: tuple(v) if k in ("tags", "input_specs", "load_ops") and isinstance(v, list) else v
                               for k, v in options.items()}
@@ -609,8 +654,7 @@ def _audit_target(target, options: dict) -> Report:
         return audit_object(target, opts)
     target = os.fspath(target)
     if target.endswith(KERAS_SUFFIXES):
-        model = load_keras_file(target, allow_unsafe=opts.allow_unsafe_ops)
-        return audit_object(model, opts, label=os.path.abspath(target), kind="keras")
+        return _audit_keras_file(target, opts)
     if is_python_target(target):
         return audit_object(resolve(target), opts, label=target)
     return audit_saved_model(target, opts)

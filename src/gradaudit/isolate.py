@@ -51,7 +51,11 @@ _KINDS = ("started", "confined", "say", "ok", "error")
 
 
 class Timeout(Exception):
-    """The child did not finish in time; it has been killed."""
+    """The child did not finish within `seconds`; it has been killed."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"did not finish within {seconds:g} s")
+        self.seconds = seconds
 
 
 class ChildFailed(Exception):
@@ -395,9 +399,9 @@ def _watch(session: _Session, timeout: float | None) -> None:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         ready, _, _ = select.select([child.sock], [], [], _POLL_S if left is None else min(left, _POLL_S))
         if not ready:
-            if left is not None and left <= _POLL_S:
+            if timeout is not None and left is not None and left <= _POLL_S:
                 session.drain()
-                raise Stopped(Timeout(f"did not finish within {timeout:g} s"), session.in_force(timeout))
+                raise Stopped(Timeout(timeout), session.in_force(timeout))
             used = child.resident() if memory_limit else None
             if used is not None and memory_limit and used > memory_limit:
                 session.drain()
