@@ -69,7 +69,7 @@ def _rel(model_dir: str, path: str) -> str:
     return os.path.relpath(path, model_dir)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     value, shift = 0, 0
     while True:
         if pos >= len(data) or shift > 63:
