@@ -38,7 +38,7 @@ def read_capped(path: str, what: str, cap: int = MAX_GRAPH_BYTES) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise GradauditError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        raise GradauditError(f"{path}: cannot load {what}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -53,7 +53,7 @@ def read_capped(path: str, what: str, cap: int = MAX_GRAPH_BYTES) -> bytes:
             chunks.append(chunk)
             left -= len(chunk)
     except OSError as exc:
-        raise GradauditError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        raise GradauditError(f"{path}: cannot load {what}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     data = b"".join(chunks)
