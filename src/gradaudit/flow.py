@@ -167,9 +167,10 @@ class _Root:
 def analyse(model: AuditTarget, sig: SignatureGraph, oracle: GradientOracle,
             budget: Budget | None = None) -> StaticAnalysis:
     """The static pass on one signature: its functions composed from their summaries, each (source, output)
-    pair's status, and the ops that cut or may cut each pair. `budget` bounds the nodes and time it spends."""
+    pair's status, and the ops that cut or may cut each pair. `budget` bounds the nodes and time it spends; by
+    default its deadline counts from when the model began to be read (a SavedModel's parse is part of it)."""
     with _no_cyclic_gc():
-        return _analyse(model, sig, oracle, budget or Budget())
+        return _analyse(model, sig, oracle, budget or Budget(started=getattr(model, "started", None)))
 
 
 @contextlib.contextmanager

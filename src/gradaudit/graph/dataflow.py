@@ -12,6 +12,7 @@ from typing import NamedTuple
 from tensorflow.python.framework import tensor_util
 
 from ..model import OpRef
+from ..safety.budget import MAX_COUNT_ATTR
 from .dtypes import DT_INVALID, carries_gradient
 from .gradients import GradientOracle, GradKind, registry_kind
 from .library import Library, OutputLayout, function_attrs
@@ -134,14 +135,33 @@ def _parse_ref(ref: str, in_function: bool) -> tuple[str, str | None, int] | Non
     return parts[0], None, int(parts[1]) if len(parts) > 1 else 0
 
 
-def _layouts_from_uses(unknown: set[str], nodes, extra_refs, in_function: bool) -> dict[str, OutputLayout]:
-    """Output layouts of ops TensorFlow does not know, from how the graph uses their outputs."""
+class OutputIndexTooLarge(ValueError):
+    """A use of an unknown op's output at an index beyond any op's (MAX_COUNT_ATTR): a malformed model."""
+
+
+def _layouts_from_uses(unknown: set[str], nodes, extra_refs, in_function: bool, budget: Budget | None = None,
+                       op_types: dict[str, str] | None = None) -> dict[str, OutputLayout]:
+    """Output layouts of ops TensorFlow does not know, from how the graph uses their outputs. No op has more
+    outputs than a count attribute may give it (MAX_COUNT_ATTR): a use beyond that is a malformed model, and
+    the outputs of all of them are charged to the node budget before any is made."""
     counts: dict[str, dict[str | None, int]] = {name: {} for name in unknown}
     for ref in [r for node in nodes for r in node.input] + list(extra_refs):
         parsed = _parse_ref(ref, in_function)
         if parsed is not None and parsed[0] in counts:
+            if not 0 <= parsed[2] < MAX_COUNT_ATTR:
+                kind = (op_types or {}).get(parsed[0], "an unknown op")
+                raise OutputIndexTooLarge(f"{kind} {parsed[0]!r} is used at output {parsed[2]}, beyond the "
+                                          f"{MAX_COUNT_ATTR:,} outputs an op may have")
             args = counts[parsed[0]]
             args[parsed[1]] = max(args.get(parsed[1], 0), parsed[2] + 1)
+    totals = {name: sum(args.values()) for name, args in counts.items()}
+    for name, total in totals.items():
+        if total > MAX_COUNT_ATTR:
+            kind = (op_types or {}).get(name, "an unknown op")
+            raise OutputIndexTooLarge(f"{kind} {name!r} is used at {total:,} outputs, beyond the "
+                                      f"{MAX_COUNT_ATTR:,} outputs an op may have")
+    if budget is not None:
+        budget.ensure(sum(totals.values()))
     layouts = {}
     for name, args in counts.items():
         offsets, total = {}, 0
@@ -178,15 +198,23 @@ class Budget:
     """One node budget and one deadline shared by every graph the static pass builds: function bodies,
     their summaries' edges, the composed graph and the custom-gradient functions' graphs."""
 
-    def __init__(self, max_nodes: int = 5_000_000, seconds: float = 300.0):
+    def __init__(self, max_nodes: int = 5_000_000, seconds: float = 300.0, started: float | None = None):
         self.max_nodes = max_nodes
         self.seconds = seconds
         self.used = 0
-        self._deadline = time.monotonic() + seconds
+        # `started`: when the model began to be read (time.monotonic()), so that parsing counts too
+        self._deadline = (time.monotonic() if started is None else started) + seconds
 
     def charge(self, nodes: int) -> None:
         self.used += nodes
         if self.used > self.max_nodes:
+            raise GraphTooLarge(f"its graphs exceed the static pass's budget of {self.max_nodes:,} nodes "
+                                "(each function is analysed once per distinct calling context)")
+        self.check_time()
+
+    def ensure(self, nodes: int) -> None:
+        """Refuse, before making them, `nodes` more nodes than the budget has left."""
+        if self.used + nodes > self.max_nodes:
             raise GraphTooLarge(f"its graphs exceed the static pass's budget of {self.max_nodes:,} nodes "
                                 "(each function is analysed once per distinct calling context)")
         self.check_time()
@@ -333,8 +361,10 @@ class DataflowBuilder:
             layouts[node.name] = self.lib.layout(node)
         unknown = {name for name, lay in layouts.items() if not lay.known}
         if unknown:
-            layouts.update(_layouts_from_uses(unknown, nodes, extra_refs, in_function))
+            op_types = {node.name: node.op for node in nodes if node.name in unknown}
+            layouts.update(_layouts_from_uses(unknown, nodes, extra_refs, in_function, self.budget, op_types))
         before = len(g.dtype)
+        self.budget.ensure(sum(len(layouts[node.name].dtypes) for node in nodes))
         for node in nodes:
             outs[node.name] = [g.new_node(d) for d in layouts[node.name].dtypes]
             if "_output_shapes" in node.attr:

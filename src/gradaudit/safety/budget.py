@@ -10,6 +10,10 @@ import zipfile
 from ..errors import GradauditError
 
 MAX_GRAPH_BYTES = 1 << 30  # saved_model.pb; protobuf itself stops at 2 GiB
+# saved_model.pbtxt: Python's text_format parses 0.3-0.5 s/MB of a real graph's text here (Keras ResNet50: 7.5 MB
+# of text, 3.9 s) and up to 2.5 s/MB of text made of tiny fields (`i: 1 i: 1 ...`): 16 MiB parses in at most
+# about 40 s, and admits a text graph twice ResNet50's
+MAX_TEXT_GRAPH_BYTES = 16 << 20
 MAX_INPUT_BYTES = 256 << 20  # --inputs, decompressed: gradient checks use small batches
 MAX_COUNT_ATTR = 1_000_000  # an op's `num`/`N`-style attribute: how many inputs or outputs it has
 
@@ -26,14 +30,41 @@ def _regular(path: str, what: str) -> int:
 
 
 def read_capped(path: str, what: str, cap: int = MAX_GRAPH_BYTES) -> bytes:
-    """The bytes of a regular file of at most `cap` bytes."""
-    if _regular(path, what) > cap:
-        raise GradauditError(f"{path}: {what} is larger than {cap >> 20} MiB; not read")
-    with open(path, "rb") as f:
-        data = f.read(cap + 1)
-    if len(data) > cap:  # it grew since
-        raise GradauditError(f"{path}: {what} is larger than {cap >> 20} MiB; not read")
+    """The bytes of a regular file of at most `cap` bytes. The file is opened without blocking and checked
+    again once open (it may have been replaced by a FIFO since), and no more than the size the file system
+    gives it is read: a /proc or /sys file, whose size says 0 but which reads without end, is refused. An
+    error reading it (EIO from /proc/self/mem) is the input's fault: GradauditError, exit 2."""
+    _regular(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise GradauditError(f"{path}: cannot load {what}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise GradauditError(f"{path}: {what} is not a regular file (a FIFO, device or socket); not opened")
+        if st.st_size > cap:
+            raise GradauditError(f"{path}: {what} is larger than {_mib(cap)}; not read")
+        chunks, left = [], st.st_size + 1  # one byte more: a file that is longer than it says
+        while left > 0:
+            chunk = os.read(fd, min(left, 16 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise GradauditError(f"{path}: cannot load {what}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > st.st_size:
+        raise GradauditError(f"{path}: {what} holds more bytes than its size says (it is growing, or a /proc or "
+                             "/sys file); not read")
     return data
+
+
+def _mib(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n:,} bytes"
 
 
 def _npy_bytes(f) -> int:

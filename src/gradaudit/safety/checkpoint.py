@@ -11,13 +11,22 @@ import struct
 from .budget import _regular, read_capped
 
 INDEX = "variables.index"
-MAX_INDEX_BYTES = 256 << 20
+# The check runs in gradaudit's own process, before the child that restores the variables: it must stay cheap on
+# any file. It reads about 400,000 entries a second here, in bounded memory (it keeps no entry); a real index has
+# one entry per variable (and slot, and slice): tens of thousands at most. 200,000 entries: about 0.5 s.
+MAX_INDEX_BYTES = 32 << 20
+MAX_INDEX_ENTRIES = 200_000
+MAX_KEY_BYTES = 4096  # a tensor's name in the checkpoint
 _MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, which TensorFlow's tensor bundles keep
 _FOOTER = 48
 
 
 class CorruptIndex(ValueError):
     pass
+
+
+class IndexTooLarge(CorruptIndex):
+    """An index beyond what the check reads (MAX_INDEX_BYTES, MAX_INDEX_ENTRIES): reported, not read."""
 
 
 def check_variables(model_dir: str) -> None:
@@ -36,22 +45,23 @@ def variables_problem(model_dir: str, has_variables: bool) -> str | None:
     if not os.path.exists(index):
         return f"{_rel(model_dir, index)} is missing" if has_variables else None
     try:
-        entries = _bundle_entries(read_capped(index, "the variables index", MAX_INDEX_BYTES))
+        size = _regular(index, "the variables index")
+        if size > MAX_INDEX_BYTES:
+            raise IndexTooLarge(f"{size:,} bytes")
+        header, needed = _shard_extents(read_capped(index, "the variables index", MAX_INDEX_BYTES))
+    except IndexTooLarge as exc:
+        return (f"{_rel(model_dir, index)} is too large to check before the restore ({exc}; the check reads at "
+                f"most {MAX_INDEX_BYTES >> 20} MiB and {MAX_INDEX_ENTRIES:,} entries); not read")
     except CorruptIndex as exc:
         return f"{_rel(model_dir, index)} is corrupt ({exc})"
-    header = entries.pop(b"", None)
     shards = header.num_shards if header is not None else 1
-    needed: dict[int, int] = {}  # shard -> the bytes its tensors span
-    for entry in entries.values():
-        if not entry.slices:  # a partitioned variable's entry holds no bytes itself
-            needed[entry.shard_id] = max(needed.get(entry.shard_id, 0), entry.offset + entry.size)
-    for shard, size in sorted(needed.items()):
+    for shard, extent in sorted(needed.items()):
         data = os.path.join(folder, f"variables.data-{shard:05d}-of-{shards:05d}")
         if not os.path.exists(data):
             return f"{_rel(model_dir, data)} is missing"
         found = os.stat(data).st_size
-        if found < size:
-            return f"{_rel(model_dir, data)} is truncated: {found:,} bytes, the index needs {size:,}"
+        if found < extent:
+            return f"{_rel(model_dir, data)} is truncated: {found:,} bytes, the index needs {extent:,}"
     return None
 
 
@@ -59,7 +69,7 @@ def _rel(model_dir: str, path: str) -> str:
     return os.path.relpath(path, model_dir)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     value, shift = 0, 0
     while True:
         if pos >= len(data) or shift > 63:
@@ -71,35 +81,37 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             return value, pos
 
 
-def _block(data: bytes, offset: int, size: int) -> list[tuple[bytes, bytes]]:
-    """The (key, value) entries of one uncompressed table block."""
+def _block(data: bytes, offset: int, size: int):
+    """The (key, value) entries of one uncompressed table block, one at a time."""
     if offset + size + 5 > len(data):
         raise CorruptIndex("a block lies past the end of the file")
     if data[offset + size] != 0:
         raise CorruptIndex("compressed block")
-    body = data[offset:offset + size]
+    body = memoryview(data)[offset:offset + size]
     if len(body) < 4:
         raise CorruptIndex("a block is too short")
     restarts = struct.unpack_from("<I", body, len(body) - 4)[0]
     end = len(body) - 4 - 4 * restarts
     if end < 0:
         raise CorruptIndex("a block's restart array is larger than the block")
-    entries, key, pos = [], b"", 0
+    key, pos = b"", 0
     while pos < end:
         shared, pos = _varint(body, pos)
         unshared, pos = _varint(body, pos)
         length, pos = _varint(body, pos)
         if shared > len(key) or pos + unshared + length > end:
             raise CorruptIndex("an entry runs past its block")
-        key = key[:shared] + body[pos:pos + unshared]
+        if shared + unshared > MAX_KEY_BYTES:
+            raise CorruptIndex(f"a tensor name is longer than {MAX_KEY_BYTES:,} bytes")
+        key = key[:shared] + bytes(body[pos:pos + unshared])
         pos += unshared
-        entries.append((key, body[pos:pos + length]))
+        yield key, body[pos:pos + length]
         pos += length
-    return entries
 
 
-def _bundle_entries(data: bytes) -> dict:
-    """Tensor name -> BundleEntryProto (b"" -> the BundleHeaderProto) of a tensor bundle index."""
+def _shard_extents(data: bytes) -> tuple:
+    """A tensor bundle index's BundleHeaderProto (None if it has none) and, per shard, the bytes its tensors
+    span, reading at most MAX_INDEX_ENTRIES entries and each byte of the file in at most one block."""
     from google.protobuf.message import DecodeError
     from tensorflow.core.protobuf import tensor_bundle_pb2
 
@@ -110,15 +122,29 @@ def _bundle_entries(data: bytes) -> dict:
     _, pos = _varint(footer, pos)
     index_offset, pos = _varint(footer, pos)
     index_size, _ = _varint(footer, pos)
-    entries: dict = {}
+    header = None
+    needed: dict[int, int] = {}  # shard -> the bytes its tensors span
+    count, blocks_bytes = 0, index_size
+    entry = tensor_bundle_pb2.BundleEntryProto()
     try:
         for _, handle in _block(data, index_offset, index_size):
             offset, pos = _varint(handle, 0)
             size, _ = _varint(handle, pos)
+            blocks_bytes += size
+            if blocks_bytes > len(data):  # blocks that overlap or repeat: a real table's do not
+                raise CorruptIndex("its blocks add up to more than the file")
             for key, value in _block(data, offset, size):
-                proto = tensor_bundle_pb2.BundleHeaderProto() if key == b"" else tensor_bundle_pb2.BundleEntryProto()
-                proto.ParseFromString(value)
-                entries[key] = proto
+                if key == b"":
+                    header = tensor_bundle_pb2.BundleHeaderProto()
+                    header.ParseFromString(bytes(value))
+                    continue
+                count += 1
+                if count > MAX_INDEX_ENTRIES:
+                    raise IndexTooLarge(f"more than {MAX_INDEX_ENTRIES:,} entries")
+                entry.Clear()
+                entry.ParseFromString(bytes(value))
+                if not entry.slices:  # a partitioned variable's entry holds no bytes itself
+                    needed[entry.shard_id] = max(needed.get(entry.shard_id, 0), entry.offset + entry.size)
     except DecodeError as exc:
         raise CorruptIndex(f"an entry is not a tensor bundle entry: {exc}") from None
-    return entries
+    return header, needed

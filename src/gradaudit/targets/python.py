@@ -3,11 +3,14 @@ concrete function whose graph the static pass reads directly."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import re
 import sys
+import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,21 +75,103 @@ def resolve(target: str) -> Any:
     return obj
 
 
+# What a Keras file's variables may take beyond the bytes of the file itself (variables the file does not store:
+# seed generators' states, counters). The config declares every variable's shape, and Keras allocates each one
+# before it reads its weights: a config can declare gigabytes in a file of a few kilobytes.
+KERAS_VARIABLE_SLACK = 64 << 20
+
+
+class _Allocations:
+    """The bytes of the variables Keras creates while it loads a file, refused beyond `limit`."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self.refused: str | None = None  # the first variable refused, for the error line
+
+
+def _variable_bytes(shape, dtype) -> int:
+    import numpy as np
+
+    count = 1
+    for d in shape or ():
+        count *= max(int(d or 0), 0)
+    try:
+        return count * np.dtype(str(dtype)).itemsize
+    except TypeError:
+        return count * 8
+
+
+@contextlib.contextmanager
+def _bounded_variables(limit: int) -> Iterator[_Allocations]:
+    """While Keras loads a file, each variable it makes from an initializer (from the shapes its config
+    declares, before the weights are read) is counted first, and refused once they add up beyond `limit`."""
+    state = _Allocations(limit)
+    try:
+        from keras.src.backend.tensorflow.core import Variable
+    except ImportError:  # pragma: no cover - another Keras backend or layout: not bounded here
+        yield state
+        return
+    original = Variable._initialize_with_initializer  # noqa: SLF001 - where Keras allocates from a shape
+
+    def bounded(self, initializer):
+        state.used += _variable_bytes(self._shape, self._dtype)
+        if state.used > state.limit:
+            if state.refused is None:
+                state.refused = f"{getattr(self, 'path', None) or self.name} of shape {tuple(self._shape)}"
+            raise MemoryError(f"variable {state.refused} is beyond the Keras file's size")
+        return original(self, initializer)
+
+    Variable._initialize_with_initializer = bounded  # noqa: SLF001
+    try:
+        yield state
+    finally:
+        Variable._initialize_with_initializer = original  # noqa: SLF001
+
+
+def _keras_file_bytes(path: str) -> int:
+    """The bytes a Keras file holds: a .keras archive's members (refused when they decompress to more than
+    the archive's own size allows: Keras stores them uncompressed), an .h5 file's own size."""
+    from ..safety.budget import _regular
+
+    size = _regular(path, "the Keras file")
+    if not zipfile.is_zipfile(path):
+        return size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            declared = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise GradauditError(f"{path}: cannot load the Keras file: {exc}") from None
+    if declared > size + KERAS_VARIABLE_SLACK:
+        raise GradauditError(f"{path}: cannot load the Keras file: its members decompress to {declared:,} bytes, "
+                             f"far more than the {size:,} bytes of the archive (Keras stores them uncompressed)")
+    return declared
+
+
 def load_keras_file(path: str, allow_unsafe: bool = False) -> Any:
+    """A Keras file, loaded with its variables bounded by its own size (plus KERAS_VARIABLE_SLACK): a config
+    that declares larger variables than the file holds weights for is refused before they are allocated."""
     import keras
 
     if not os.path.isfile(path):
         raise GradauditError(f"{path}: no such file")
-    try:
-        return keras.models.load_model(path, safe_mode=not allow_unsafe, compile=False)
-    except ValueError as exc:
-        if "safe_mode" in str(exc) or "unsafe" in str(exc).lower() or "lambda" in str(exc).lower():
-            raise GradauditError(f"{path}: this Keras file needs unsafe deserialisation (it holds Python code, "
-                                 "e.g. a Lambda layer); pass --allow-unsafe-ops only if you trust it") from None
-        raise GradauditError(f"{path}: Keras cannot load it: {str(exc).splitlines()[0]}") from None
-    except Exception as exc:  # noqa: BLE001 - any reader failure is a load error
-        raise GradauditError(f"{path}: Keras cannot load it: {exc.__class__.__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    limit = _keras_file_bytes(path) + KERAS_VARIABLE_SLACK
+    with _bounded_variables(limit) as state:
+        try:
+            return keras.models.load_model(path, safe_mode=not allow_unsafe, compile=False)
+        except Exception as exc:  # noqa: BLE001 - any reader failure is a load error
+            if state.refused is not None:
+                raise GradauditError(f"{path}: cannot load the Keras file: its config declares variables larger "
+                                     f"than the file holds ({state.refused}; beyond {limit:,} bytes)") from None
+            if isinstance(exc, ValueError) and ("safe_mode" in str(exc) or "unsafe" in str(exc).lower()
+                                                or "lambda" in str(exc).lower()):
+                raise GradauditError(f"{path}: this Keras file needs unsafe deserialisation (it holds Python "
+                                     "code, e.g. a Lambda layer); pass --allow-unsafe-ops only if you trust "
+                                     "it") from None
+            if isinstance(exc, ValueError):
+                raise GradauditError(f"{path}: Keras cannot load it: {str(exc).splitlines()[0]}") from None
+            raise GradauditError(f"{path}: Keras cannot load it: {exc.__class__.__name__}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
 
 
 @dataclass

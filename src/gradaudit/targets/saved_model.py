@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, replace
 
 from google.protobuf import message, text_format
@@ -10,7 +11,7 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from ..errors import GradauditError
 from ..graph.library import Library
-from ..safety.budget import check_count_attrs, read_capped
+from ..safety.budget import MAX_TEXT_GRAPH_BYTES, check_count_attrs, read_capped
 
 INIT_OP_KEY = "__saved_model_init_op"
 
@@ -128,6 +129,7 @@ def _result_names(structure) -> list[str] | None:
 class SavedModelFile:
     def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
         self.path = path
+        self.started = time.monotonic()  # the static pass's deadline counts from here: parsing is part of it
         self.proto = self.parse(path)  # read once: the runtime stages take it from here
         self.meta_graph = self.choose_meta_graph(self.proto, tags)
         self.graph_def = self.meta_graph.graph_def
@@ -150,17 +152,27 @@ class SavedModelFile:
                                  "holding saved_model.pb)")
         pb, pbtxt = os.path.join(path, "saved_model.pb"), os.path.join(path, "saved_model.pbtxt")
         sm = saved_model_pb2.SavedModel()
+        name = "saved_model.pb"
         try:
             if os.path.exists(pb):
-                sm.ParseFromString(read_capped(pb, "saved_model.pb"))
+                sm.ParseFromString(read_capped(pb, name))
             elif os.path.exists(pbtxt):
-                text_format.Parse(read_capped(pbtxt, "saved_model.pbtxt").decode("utf-8"), sm)
+                # text parses some 300 times slower than binary (in Python): a much lower cap bounds its time
+                name = "saved_model.pbtxt"
+                text_format.Parse(read_capped(pbtxt, name, MAX_TEXT_GRAPH_BYTES).decode("utf-8"), sm)
             else:
                 raise GradauditError(f"{path}: not a SavedModel (no saved_model.pb inside; --recursive "
                                      "searches a folder for SavedModels)")
         except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
-            raise GradauditError(f"{path}: saved_model.pb cannot be parsed ({exc.__class__.__name__}: "
+            raise GradauditError(f"{path}: {name} cannot be parsed ({exc.__class__.__name__}: "
                                  f"{str(exc).splitlines()[0] if str(exc) else 'corrupt protobuf'})") from None
+        except RecursionError:
+            raise GradauditError(f"{path}: cannot load {name}: its messages are nested too deeply "
+                                 "to be parsed") from None
+        except MemoryError:
+            raise GradauditError(f"{path}: cannot load {name}: parsing it ran out of memory") from None
+        except OSError as exc:
+            raise GradauditError(f"{path}: cannot load {name}: {exc.strerror or exc}") from None
         if not sm.meta_graphs:
             raise GradauditError(f"{path}: saved_model.pb holds no meta graph")
         return sm

@@ -1,0 +1,40 @@
+"""Builders of hostile model files for the bound tests: each writes real bytes to disk."""
+
+from __future__ import annotations
+
+import struct
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """One uncompressed LevelDB table block (no prefix sharing, one restart point) with its 5-byte trailer."""
+    body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in entries)
+    body += struct.pack("<II", 0, 1)  # restart offsets [0], their count
+    return body + b"\0" + b"\0\0\0\0"  # not compressed; the crc is not checked
+
+
+def tensor_bundle_index(n_entries: int, tensor_bytes: int = 4) -> bytes:
+    """A variables.index of `n_entries` float tensors in shard 0, of one data block (the LevelDB table format
+    TensorFlow's tensor bundles use)."""
+    from tensorflow.core.protobuf import tensor_bundle_pb2
+
+    header = tensor_bundle_pb2.BundleHeaderProto(num_shards=1).SerializeToString()
+    entries = [(b"", header)]
+    for i in range(n_entries):
+        entry = tensor_bundle_pb2.BundleEntryProto(dtype=1, shard_id=0, offset=i * tensor_bytes, size=tensor_bytes)
+        entries.append((b"v%09d" % i, entry.SerializeToString()))
+    data = _block(entries)
+    size = len(data) - 5
+    index = _block([(b"v\xff", _varint(0) + _varint(size))])
+    index_offset = len(data)
+    footer = _varint(0) + _varint(0) + _varint(index_offset) + _varint(len(index) - 5)
+    footer = footer.ljust(40, b"\0") + struct.pack("<Q", 0xDB4775248B80FB57)
+    return data + index + footer
