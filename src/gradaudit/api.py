@@ -227,16 +227,23 @@ def _finish(report: _Draft) -> Report:
     return report.build()
 
 
-def audit_saved_model(path: str, options: AuditOptions, signature: str | None = None) -> Report:
+def read_saved_model(path: str, options: AuditOptions):
+    """The one parse of a SavedModel an audit makes (the --load-ops packages first: their ops' definitions)."""
     from .targets.saved_model import SavedModelFile
 
-    key = signature or options.signature
     if options.load_ops:
         from .custom_ops import load_ops
 
         load_ops(options.load_ops)
+    return SavedModelFile(path, options.tags)
+
+
+def audit_saved_model(path: str, options: AuditOptions, signature: str | None = None, model=None) -> Report:
+    """The audit of one signature of a SavedModel; `model`: its parse (read_saved_model), when the caller
+    has one."""
+    key = signature or options.signature
     try:
-        model = SavedModelFile(path, options.tags)
+        model = model or read_saved_model(path, options)
         sig = model.signature(key)
     except MALFORMED as exc:
         raise GradauditError(f"{path}: malformed model ({exc.__class__.__name__}: {exc})") from None
@@ -251,10 +258,9 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
     elif _may_execute(report, options) and _variables_restorable(report, model, path):
         report.seed, report.inputs_given = options.seed, bool(options.inputs_file)
         if options.timeout:
-            _execute_isolated(report, path, options, key)
-        else:
-            report.isolation = _IN_PROCESS
-            _execute(report, analysis, path, options, key, model.proto)
+            return _execute_isolated(report, analysis, model, path, options)
+        report.isolation = _IN_PROCESS
+        _execute(report, analysis, path, options, key, model.proto)
     return _finish(report)
 
 
@@ -283,16 +289,25 @@ def _execute(report: _Draft, analysis, path: str, options: AuditOptions, key: st
         loads.close()
 
 
-def _executed_part(kind: str, path: str, options: AuditOptions, key: str | None) -> dict[str, Any]:
-    """In the child process: the whole audit of a SavedModel (or a Keras file) again without the timeout,
-    sent back as data (wire.py). gradaudit's own failure and the model's (exit 2) come back as values, so
-    that the parent says which it is."""
+def _executed_part(kind: str, path: str, options: AuditOptions, static) -> dict[str, Any]:
+    """In the child process, sent back as data (wire.py): for a SavedModel, the runtime stages on the
+    parent's static pass (`static`: its draft, analysis and parse; nothing is read or analysed again), then
+    the reconciliation; for a Keras file (`static` None), the whole audit, since Keras must build the model
+    to trace it. gradaudit's own failure and the model's (exit 2) come back as values, so that the parent says
+    which it is."""
     from .wire import encode
 
     options = replace(options, timeout=None)
     try:
-        report = audit_saved_model(path, options, key) if kind == "saved_model" else _audit_keras_file(path, options)
-        return {"report": encode(report)}
+        if kind == "keras":
+            return {"report": encode(_audit_keras_file(path, options))}
+        report, analysis, model = static
+        if options.load_ops:  # this process's own TensorFlow must know the custom ops too
+            from .custom_ops import load_ops
+
+            load_ops(options.load_ops)
+        _execute(report, analysis, path, options, report.target.signature, model.proto)
+        return {"report": encode(_finish(report))}
     except InternalError as exc:
         return {"internal": {"stage": exc.stage, "detail": exc.detail,
                              "report": encode(exc.report) if exc.report is not None else None}}
@@ -320,8 +335,7 @@ def _child_result(data: Any) -> Report | InternalError:
     return InternalError.from_parts(stage, detail, partial)
 
 
-def _in_child(kind: str, path: str, options: AuditOptions, key: str | None) -> tuple[Report | InternalError,
-                                                                                      Isolation]:
+def _in_child(kind: str, path: str, options: AuditOptions, static=None) -> tuple[Report | InternalError, Isolation]:
     """The audit of `path` in the confined child: its result checked, and the isolation in force. Raises
     isolate.Stopped when it brought none, WireError when what it sent is not a result."""
     from .isolate import run_isolated
@@ -329,7 +343,7 @@ def _in_child(kind: str, path: str, options: AuditOptions, key: str | None) -> t
 
     limit = default_memory_limit() if options.memory_limit is None else options.memory_limit or None
     readable = _readable(_model_folder(path) if kind == "saved_model" else os.path.abspath(path), options)
-    sent, isolation = run_isolated(_executed_part, (kind, path, options, key), options.timeout, readable, limit)
+    sent, isolation = run_isolated(_executed_part, (kind, path, options, static), options.timeout, readable, limit)
     return _child_result(sent), isolation
 
 
@@ -373,30 +387,26 @@ def _stopped(exc) -> str:
     return f"did not finish: {exc}"
 
 
-def _execute_isolated(report: _Draft, path: str, options: AuditOptions, key: str) -> None:
+def _execute_isolated(report: _Draft, analysis, model, path: str, options: AuditOptions) -> Report:
+    """The runtime stages in the confined child, on this process's static pass: the child's finished Report,
+    or the static one, incomplete, with the reason no result came."""
     from .isolate import Stopped
     from .wire import WireError
 
     try:
-        child, report.isolation = _in_child("saved_model", path, options, key)
+        child, isolation = _in_child("saved_model", path, options, (report, analysis, model))
     except Stopped as exc:
         report.isolation = exc.isolation
         report.incomplete.append(f"numeric checks and stability probes {_stopped(exc)}; the static report is "
                                  "complete")
-        return
+        return _finish(report)
     except WireError as exc:
         report.incomplete.append(f"numeric checks and stability probes did not finish: the process running the "
                                  f"model sent a malformed result ({exc}); the static report is complete")
-        return
+        return _finish(report)
     if isinstance(child, InternalError):
         raise child if child.report is not None else child.with_report(report.build())
-    report.seed = child.seed
-    report.numeric.extend(child.numeric)
-    report.stability.extend(child.stability)
-    report.findings[:] = child.findings
-    for line, stage in zip(child.notes, child.note_stages):
-        report.note(stage, [line])
-    report.incomplete.extend(child.incomplete)
+    return replace(child, isolation=isolation)
 
 
 def _audit_keras_file(path: str, options: AuditOptions) -> Report:
@@ -413,7 +423,7 @@ def _audit_keras_file(path: str, options: AuditOptions) -> Report:
 
     target = Target(os.path.abspath(path), "keras", None)
     try:
-        child, isolation = _in_child("keras", path, options, None)
+        child, isolation = _in_child("keras", path, options)
     except Stopped as exc:
         return _Draft(target=target, isolation=exc.isolation,
                       incomplete=[f"the audit of the Keras file {_stopped(exc)}"]).build()
@@ -583,15 +593,12 @@ def _run_stability(report: _Draft, analysis, path: str, options: AuditOptions, k
     _add_stability_notes(report, outcome)
 
 
-def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:
-    """What --all-signatures audits: the signatures, or, for a model saved without any, its saved functions
-    by their stable names. A model with neither is an error, never an empty pass."""
-    from .targets.saved_model import SavedModelFile
-
-    model = SavedModelFile(path, tags)
+def signature_keys(model) -> list[str]:
+    """What --all-signatures audits in a parsed SavedModel: the signatures, or, for a model saved without
+    any, its saved functions by their stable names. A model with neither is an error, never an empty pass."""
     keys = model.signature_keys() or list(model.saved_functions())
     if not keys:
-        raise GradauditError(f"{path}: nothing to audit: the model has no signatures and no saved functions")
+        raise GradauditError(f"{model.path}: nothing to audit: the model has no signatures and no saved functions")
     return keys
 
 

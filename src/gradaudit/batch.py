@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
-from .api import AuditOptions, audit, audit_saved_model, signature_keys
+from .api import AuditOptions, audit, audit_saved_model, read_saved_model, signature_keys
 from .errors import GradauditError, InternalError
 from .model import AuditFailure, Report
 from .report.common import GRAPH_FILES
@@ -65,22 +65,14 @@ def _search(root: str) -> list[str]:
 
 
 def _audit(target: str, options: AuditOptions, all_signatures: bool) -> tuple[Report, ...]:
-    if all_signatures or _only_saved_functions(target, options):
+    if not is_saved_model(target):
+        return (audit(target, **vars(options)),)  # any other target: a Keras file, module:attr
+    model = read_saved_model(target, options)  # the one parse: the signatures are looked up in it
+    if all_signatures or (options.signature == AuditOptions.signature and not model.signature_keys()):
         # a SavedModel's signatures; for a model saved without any (the default signature asked), its saved
         # functions, each by its stable name
-        return tuple(audit_saved_model(target, options, key) for key in signature_keys(target, options.tags))
-    return (audit(target, **vars(options)),)  # any target: SavedModel, Keras file, module:attr
-
-
-def _only_saved_functions(target: str, options: AuditOptions) -> bool:
-    if options.signature != AuditOptions.signature or not is_saved_model(target):
-        return False
-    from .targets.saved_model import SavedModelFile
-
-    try:
-        return not SavedModelFile(target, options.tags).signature_keys()
-    except GradauditError:
-        return False  # reported by the audit itself
+        return tuple(audit_saved_model(target, options, key, model) for key in signature_keys(model))
+    return (audit_saved_model(target, options, None, model),)
 
 
 def audit_model(path: str, options: AuditOptions, all_signatures: bool = False, debug: bool = False) -> ModelAudit:

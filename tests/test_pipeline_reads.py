@@ -1,0 +1,33 @@
+"""One audit reads the model once: gradaudit parses saved_model.pb once (the static pass, whose result the
+child that runs the model receives) and TensorFlow's loader reads it once in that child; the child does not
+parse it or analyse it again. Counted with strace over the whole process tree."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")]
+
+
+def _opens(trace: str, path: str) -> list[str]:
+    with open(trace) as f:
+        return [line for line in f if f'"{path}"' in line and "openat(" in line and "= -1" not in line]
+
+
+@pytest.mark.parametrize("flags", [[], ["--all-signatures"]])
+def test_a_default_audit_opens_the_graph_twice(samples, tmp_path, flags):
+    model = os.path.join(samples, "mlp")
+    trace = str(tmp_path / "trace")
+    result = subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat", "-o", trace, sys.executable, "-m",
+                             "gradaudit", model, "--format", "json", *flags], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '"status": "pass"' in result.stdout  # the numeric checks ran, in the child
+    opens = _opens(trace, os.path.join(model, "saved_model.pb"))
+    pids = {line.split()[0] for line in opens}
+    assert len(opens) == 2 and len(pids) == 2, opens  # the parent's parse, the child's TensorFlow loader
