@@ -75,12 +75,48 @@ ASSUMING = frozenset({*DISTRIBUTION_LABELS, "SparseSoftmaxCrossEntropyWithLogits
                       "XlaCallModule"})
 
 
+# Op types whose forward has a kink or a jump at some inputs (its slope changes there): the only ops that can
+# explain a gradient that disagrees with finite differences at one point and agrees at a nearby one. Data-dependent
+# control flow and a compiled module gradaudit cannot read are counted too (what they hold is not known).
+KINK_OPS = frozenset({
+    "Relu", "Relu6", "LeakyRelu", "Elu", "Selu", "Abs", "Maximum", "Minimum", "ClipByValue", "Floor", "Ceil",
+    "Round", "Rint", "Sign", "FloorMod", "Mod", "FloorDiv", "TruncateDiv", "TruncateMod", "Max", "Min",
+    "MaxPool", "MaxPoolV2", "MaxPool3D", "MaxPoolWithArgmax", "FractionalMaxPool", "Select", "SelectV2",
+    "TopKV2", "Sort", "Bucketize", "CropAndResize", "While", "StatelessWhile", "If", "StatelessIf", "Case",
+    "StatelessCase", "XlaCallModule", "FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars",
+    "FakeQuantWithMinMaxVarsPerChannel", "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3",
+    "QuantizeAndDequantizeV4",
+})
+
+
+@dataclass(frozen=True)
+class Kink:
+    """An op of KINK_OPS on a forward path from `sources` to `outputs`."""
+
+    op: OpRef
+    sources: frozenset[str]
+    outputs: frozenset[str]
+
+
 @dataclass
 class Domains:
     inputs: dict[str, InputDomain] = field(default_factory=dict)
     uncertain: list[Uncertain] = field(default_factory=list)
     # ops of ASSUMING types: where to look first when a gradient without a custom gradient is wrong
     assuming: list[OpRef] = field(default_factory=list)
+    # the ops with a kink on a forward path; None when the graph was not read (any op may have one)
+    kinks: list[Kink] | None = None
+
+    def kink_on(self, sources: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str]
+                ) -> tuple[bool, OpRef | None]:
+        """(whether an op with a kink may lie on a forward path from `sources` to `outputs`, the first such op
+        found; None with True when the graph was not read)."""
+        if self.kinks is None:
+            return True, None
+        for k in self.kinks:
+            if k.sources & set(sources) and k.outputs & set(outputs):
+                return True, k.op
+        return False, None
 
     def doubtful(self, sources: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str],
                  given: set[str]) -> Uncertain | None:
@@ -94,13 +130,22 @@ class Domains:
 
 def infer(analysis) -> Domains:
     """Domains of the signature inputs of a finished StaticAnalysis (empty without one)."""
-    if analysis is None or not getattr(analysis, "input_tensor", None):
+    if analysis is None or getattr(analysis, "graph", None) is None:
         return Domains()
     g = analysis.graph
+    domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING},
+                                      key=lambda r: (r.function, r.op_name)), kinks=[])
+    for node in sorted((n for n in g.ops.values() if n.ref.op_type in KINK_OPS),
+                       key=lambda n: (n.ref.function, n.ref.op_name)):
+        src, out = analysis.op_masks(node)
+        if src and out:
+            assert domains.kinks is not None
+            domains.kinks.append(Kink(node.ref, frozenset(analysis.source_names(src)),
+                                      frozenset(analysis.output_names(out))))
+    if not getattr(analysis, "input_tensor", None):
+        return domains
     variable_shapes = {t: analysis.sources[i].shape for i, t in analysis.source_tensor.items()
                        if analysis.sources[i].kind == "variable"}
-    domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING},
-                                      key=lambda r: (r.function, r.op_name)))
     for spec in analysis.signature.inputs:
         t = analysis.input_tensor.get(spec.name)
         if t is None:
