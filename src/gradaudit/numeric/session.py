@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..model import FlowEntry, NumericResult, OpRef, Output, Source
+from ..model import Finding, FlowEntry, NumericResult, OpRef, Output, Source
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, NumericOptions, NumericOutcome
 from .checks import Checker, Group, Settings, output_label
@@ -298,8 +298,20 @@ def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: Num
     except ModelError as exc:
         if use64:
             raise _Float64Failed(f"the float64 copy does not run: {exc}", str(exc)) from exc
-        return _model_error(exc, groups, plan, dtype, results, notes)
+        return _model_error(exc, groups, plan, dtype, results, notes, _synthesised_structure(plan, options))
     return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
+
+
+def _synthesised_structure(plan: Plan, options: NumericOptions) -> list[str]:
+    """The integer inputs that were synthesised (not read from --inputs): indices, lengths, row splits, segment
+    ids whose valid values the graph may not tell."""
+    given = given_inputs(options.inputs_file)
+    return sorted(n for n, spec in plan.specs.items() if spec.dtype.is_integer and n not in given)
+
+
+# TensorFlow's errors about the values a kernel was given (an index out of range, row splits that do not
+# partition the values, an assertion on the inputs): with synthesised integer inputs, the inputs' fault.
+_VALUE_ERRORS = ("InvalidArgumentError", "OutOfRangeError")
 
 
 def variable_groups(plan: Plan, names: list[str]) -> tuple[list[Group], int]:
@@ -318,8 +330,15 @@ def variable_groups(plan: Plan, names: list[str]) -> tuple[list[Group], int]:
 
 
 def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
-                 results: list[NumericResult], notes: list[str]) -> NumericOutcome:
-    if exc.stage == "load":
+                 results: list[NumericResult], notes: list[str], synthesised: list[str] | None = None) -> NumericOutcome:
+    finding: Finding | None
+    if exc.stage != "load" and synthesised and str(exc).startswith(_VALUE_ERRORS):
+        # the kernel refused the values it was given, and some of them were made up here: the inputs are outside
+        # what the model accepts, which says nothing against the model
+        reason = (f"the synthesised inputs are outside what the model accepts ({', '.join(synthesised)} synthesised; "
+                  f"TensorFlow: {exc}); give real examples with --inputs")
+        finding = None
+    elif exc.stage == "load":
         reason = f"the model cannot be loaded: {exc}"
         finding = rules.UnrunnableModel.finding(
             f"tf.saved_model.load fails, so the gradients could not be checked: {exc}",
@@ -339,4 +358,4 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
     errors = [NumericResult(source=g.source, output=output_label(g.outputs, plan.float_outputs), status="error",
                             rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason)
               for g in groups]
-    return NumericOutcome(results + errors, [finding], notes, stopped=str(exc))
+    return NumericOutcome(results + errors, [finding] if finding else [], notes, stopped=str(exc))
