@@ -62,8 +62,9 @@ def ragged_model(path: str) -> str:
 
 
 VALID = {
-    "ctc": {"feats": np.random.default_rng(2).standard_normal((2, 4, 3)), "labels": np.array([[1, 2, 3, 4], [2, 1, 4, 3]]),
-            "label_length": np.array([2, 3]), "logit_length": np.array([4, 4])},
+    "ctc": {"feats": np.random.default_rng(2).standard_normal((2, 4, 3)),
+            "labels": np.array([[1, 2, 3, 4], [2, 1, 4, 3]]), "label_length": np.array([2, 3]),
+            "logit_length": np.array([4, 4])},
     "segment": {"x": np.random.default_rng(3).standard_normal((4, 3)), "seg": np.array([0, 2, 1, 2])},
     "ragged": {"values": np.random.default_rng(4).standard_normal(5), "row_splits": np.array([0, 2, 5])},
 }

@@ -441,14 +441,14 @@ class Prober:
         """(group, result) of each check at the point `at` = (outputs, input gradients, variable gradients)
         the runner sits at: `groups`, or every input of `inputs` with its output groups."""
         from ..numeric.checks import Checker, Group, Point, Settings
-        from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION, variable_groups
+        from ..numeric.session import EPS, RESOLUTION, floor_for, variable_groups
         from ..numeric.sweep import ladder_for
 
         out, g_in, g_var = at
         eps = EPS[dtype]
         f64 = dtype == "float64" and self.plan.native != "float64"
         settings = Settings(dtype=dtype, upcast=f64, eps=eps, ladder=ladder_for(eps, f64),
-                            floor=FLOOR_ULPS * eps, resolution=RESOLUTION, op_types=self.info.op_types,
+                            floor=floor_for(dtype), resolution=RESOLUTION, op_types=self.info.op_types,
                             custom_gradients=self.info.custom_gradients, domains=self.plan.domains,
                             given=self.given, strict=True, stopped=self.plan.stopped,
                             uncut=self._uncut(runner) if f64 and self.plan.stopped else None)
