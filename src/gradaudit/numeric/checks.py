@@ -26,6 +26,9 @@ from .sweep import Estimate, Ladder
 # Relative size of the move to "a nearby point": far beyond the largest float64 step, small enough to stay
 # in the same regime of the model.
 NEARBY = 1e-2
+# A difference seen at one point only must exceed its bound this many times to stand as a mismatch: within it,
+# the bound itself (an estimate of truncation and rounding) may be what is off, and a nearby point decides.
+FAR = 10.0
 # Balancing weights of the variables of a joint check stay within [1/limit, limit].
 BALANCE_LIMIT = {"float64": 10.0, "native": 10.0}
 # Op types whose gradient is a deliberate surrogate for a piecewise-constant forward: quantisers, and the
@@ -92,8 +95,9 @@ class Attempt:
 class Judgement:
     """What the lines that showed a difference from finite differences (without two confirming failures) say:
     `kink` (an op with a kink on the path and differences that change slope along every such line: the
-    difference is the kink's), `none` (neither, along `attempt`'s line: the gradient is wrong at that point),
-    `mixed` (one without the other: undecided)."""
+    difference is the kink's), `none` (neither, along `attempt`'s line, and the difference far beyond its bound:
+    the gradient is wrong at that point), `mixed` (one without the other: undecided), `marginal` (a smooth line
+    whose difference is within FAR times its bound: a nearby point decides)."""
 
     kind: str
     evidence: str
@@ -413,9 +417,10 @@ class Checker:
             return
         if kinds[-1] == "pass":
             reason = None
-            if judged is not None:  # a kink, with its evidence
+            if judged is not None:  # a kink or a marginal difference, with its evidence
                 reason = (f"passed at a nearby point; the discrepancy seen first (rel. error "
-                          f"{judged.attempt.est.rel_error:.1e}) is a kink: {judged.evidence}")
+                          f"{judged.attempt.est.rel_error:.1e}) is "
+                          f"{'a kink' if judged.kind == 'kink' else 'marginal'}: {judged.evidence}")
             elif len(attempts) > 1:
                 reason = (f"passed at a nearby point; along {len(attempts) - 1} earlier line(s) the "
                           f"difference quotients did not settle, without a discrepancy beyond their error bound")
@@ -481,7 +486,12 @@ class Checker:
         verdicts = []
         for a in seen:
             slope = a.est.kinky or a.est.jumpy or bool(self._slope_changes(u, a))
-            if op is not None and slope:
+            threshold = a.est.rel_threshold(self.s.floor)
+            if not slope and a.est.rel_error <= FAR * threshold:
+                verdicts.append(("marginal", f"the difference (rel. error {a.est.rel_error:.1e}) is within {FAR:g} "
+                                             f"times its error bound ({threshold:.1e}) along a smooth line: the bound, "
+                                             f"an estimate, may be what is off there"))
+            elif op is not None and slope:
                 verdicts.append(("kink", f"{op.label} has a kink {where}, and the differences along the line "
                                          f"change slope across it"))
             elif not kinked and not slope:
@@ -498,14 +508,14 @@ class Checker:
             else:
                 verdicts.append(("mixed", f"the differences along the line do not change slope, but without the "
                                           f"static pass's graph an op with a kink {where} cannot be ruled out"))
-        for kind in ("none", "mixed", "kink"):
+        for kind in ("none", "mixed", "marginal", "kink"):
             for a, (k, evidence) in zip(seen, verdicts):
                 if k == kind:
                     return Judgement(kind, evidence, op, a)
         return None
 
     def _unresolved_reason(self, attempts: list[Attempt], judged: Judgement | None = None) -> str:
-        if judged is not None and judged.kind == "mixed":
+        if judged is not None and judged.kind in ("mixed", "marginal"):
             return (f"a discrepancy (rel. error {judged.attempt.est.rel_error:.1e}) seen at one point was not "
                     f"confirmed at another and is not explained: {judged.evidence}; {len(attempts)} points tried")
         if any(a.est.nonfinite for a in attempts):
