@@ -136,6 +136,9 @@ def _not_checked(report: _Draft) -> None:
     if errors:
         first = next((n.reason for n in errors if n.reason), "no reason given")
         lines.append(f"{len(errors)} numeric check(s) could not run (first: {first})")
+    unbuilt = [n for n in report.numeric if n.status == "skipped" and (n.reason or "").startswith("no input to run")]
+    if unbuilt:  # the checks were requested and never ran: no point to run them at
+        lines.append(f"numeric checks did not run: {unbuilt[0].reason}")
     undecided = _undecided_sources(report)
     if undecided:
         why = next((n.reason for n in report.numeric if n.source in undecided and n.reason), None)
@@ -570,6 +573,7 @@ def _add_stability_notes(report: _Draft, outcome) -> None:
     report.note("stability", outcome.notes)
     if outcome.stopped:
         report.incomplete.append(f"stability probes stopped: {outcome.stopped}")
+    report.incomplete.extend(line for line in outcome.incomplete if line not in report.incomplete)
 
 
 def _not_yet_reported(report: _Draft, findings: list) -> list:

@@ -161,6 +161,12 @@ class NumericResult:
     # 1: the gradient against differences of the forward; 2: Hessian-vector products against differences
     # of the gradient (--order 2)
     order: int = 1
+    # what a difference from finite differences was judged on, when one was seen along some line: the kink
+    # (an op that has one on the path, and differences that change slope across it) that explains it, or why
+    # nothing does; None when no difference beyond the bound was seen
+    evidence: str | None = None
+    # the op with a kink on the path between the source and the output that the evidence names ("Relu 'r'")
+    kink_op: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {"source": self.source, "output": self.output, "status": self.status,
@@ -170,6 +176,10 @@ class NumericResult:
              "order": self.order}
         if self.expected_by:
             d["expected_by"] = self.expected_by
+        if self.evidence:
+            d["evidence"] = self.evidence
+        if self.kink_op:
+            d["kink_op"] = self.kink_op
         return d
 
 

@@ -26,6 +26,9 @@ from .sweep import Estimate, Ladder
 # Relative size of the move to "a nearby point": far beyond the largest float64 step, small enough to stay
 # in the same regime of the model.
 NEARBY = 1e-2
+# A difference seen at one point only must exceed its bound this many times to stand as a mismatch: within it,
+# the bound itself (an estimate of truncation and rounding) may be what is off, and a nearby point decides.
+FAR = 10.0
 # Balancing weights of the variables of a joint check stay within [1/limit, limit].
 BALANCE_LIMIT = {"float64": 10.0, "native": 10.0}
 # Op types whose gradient is a deliberate surrogate for a piecewise-constant forward: quantisers, and the
@@ -85,6 +88,21 @@ class Attempt:
     point: Point
     var_dirs: dict[int, np.ndarray]
     in_dirs: dict[str, np.ndarray] = field(default_factory=dict)
+    at: tuple | None = None  # the runner's point (Runner.snapshot()) the line starts from
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the lines that showed a difference from finite differences (without two confirming failures) say:
+    `kink` (an op with a kink on the path and differences that change slope along every such line: the
+    difference is the kink's), `none` (neither, along `attempt`'s line, and the difference far beyond its bound:
+    the gradient is wrong at that point), `mixed` (one without the other: undecided), `marginal` (a smooth line
+    whose difference is within FAR times its bound: a nearby point decides)."""
+
+    kind: str
+    evidence: str
+    kink_op: OpRef | None
+    attempt: Attempt
 
 
 def _np(t) -> np.ndarray | None:
@@ -99,13 +117,14 @@ def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if np.size(x) else 0.0
 
 
-def _agree(attempts: list[Attempt]) -> None:
+def _agree(attempts: list[Attempt], kinked: bool = True) -> None:
     """A failure confirms an earlier one only with the same sign: v follows the gradient's signs, so a
     gradient off by a factor, or with flipped signs, errs the same way along every direction, while the
-    error a kink leaves has a random sign. A disagreeing pair of small discrepancies is unresolved; large
-    ones (a gradient missing for part of the source, whose components get random signs) stand."""
+    error a kink leaves has a random sign. A disagreeing pair of small discrepancies is unresolved where an
+    op with a kink lies on the path (`kinked`); large ones (a gradient missing for part of the source, whose
+    components get random signs) stand, and so does any pair on a path without a kink."""
     fails = [a for a in attempts if a.kind == "fail"]
-    if len(fails) == 2 and all(a.est.rel_error < 0.5 for a in fails) and (
+    if kinked and len(fails) == 2 and all(a.est.rel_error < 0.5 for a in fails) and (
             (fails[0].est.delta > 0) != (fails[1].est.delta > 0)):
         for a in fails:
             a.kind = "unresolved"
@@ -279,8 +298,8 @@ class Checker:
     def _phi(self, u: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> float:
         return float(sum(np.sum(u[o] * np.asarray(outputs[o], dtype=np.float64)) for o in u))
 
-    def _sweep(self, u, point: Point, in_dirs: dict[str, np.ndarray],
-               var_dirs: dict[int, np.ndarray]) -> Estimate:
+    def _on_line(self, u, point: Point, in_dirs: dict[str, np.ndarray], var_dirs: dict[int, np.ndarray],
+                 examine: Callable[[sweep.Line], Any]) -> Any:
         r = self.runner
         terms = [(_np(point.g_in[n]), d) for n, d in in_dirs.items()]
         terms += [(_np(point.g_var[i]), d) for i, d in var_dirs.items()]
@@ -299,20 +318,34 @@ class Checker:
                           sigma_floor=0.5 * self.s.eps * phi_norm, phi_norm=phi_norm,
                           low_precision_autodiff=not self.s.upcast, phi0=self._phi(u, point.outputs))
         try:
-            return sweep.run(line, self.s.ladder, self.s.floor, self.s.resolution)
+            return examine(line)
         finally:
             if var_dirs:
                 r.restore()
+
+    def _sweep(self, u, point: Point, in_dirs: dict[str, np.ndarray],
+               var_dirs: dict[int, np.ndarray]) -> Estimate:
+        return self._on_line(u, point, in_dirs, var_dirs,
+                             lambda line: sweep.run(line, self.s.ladder, self.s.floor, self.s.resolution))
+
+    def _slope_changes(self, u, attempt: Attempt) -> bool | None:
+        """Whether the differences along the attempt's line change slope within the ladder's steps (the
+        evidence of a kink met there); the runner is moved to the attempt's point and left there."""
+        assert attempt.at is not None
+        self.runner.move_to(*attempt.at)
+        return self._on_line(u, attempt.point, attempt.in_dirs, attempt.var_dirs,
+                             lambda line: sweep.slope_changes(line, self.s.ladder.steps))
 
     def _attempt(self, group: Group, u, point: Point) -> Attempt:
         inputs = self.runner.inputs
         in_dirs = {n: self.direction(np.asarray(inputs[n]), _np(point.g_in[n])) for n in group.inputs}
         var_dirs = self._balanced(group, point)
+        at = self.runner.snapshot()
         est = self._sweep(u, point, in_dirs, var_dirs)
         kind = sweep.classify(est, self.s.floor, self.s.resolution)
         if kind == "fail" and self.s.strict and not est.rel_bound <= self.s.resolution:
             kind = "unresolved"
-        return Attempt(kind, est, point, var_dirs, in_dirs)
+        return Attempt(kind, est, point, var_dirs, in_dirs, at)
 
     # -- one group -------------------------------------------------------------------------------
     def check_group(self, group: Group, u, point: Point) -> None:
@@ -337,7 +370,7 @@ class Checker:
                     evaluations += 2
                 attempts.append(self._attempt(group, u, point))
                 evaluations += attempts[-1].est.evaluations
-                _agree(attempts)
+                _agree(attempts, self.s.domains.kink_on(self._sources(group), group.outputs)[0])
                 kinds = [a.kind for a in attempts]
                 if kinds[-1] == "pass" or kinds.count("fail") == 2 or kinds.count("surrogate") == 2:
                     break
@@ -366,15 +399,31 @@ class Checker:
                                  step=e.step, dtype=self.s.dtype, evaluations=evals, reason=reason,
                                  bound=_finite(e.rel_threshold(self.s.floor)))
 
+        judged = self._judge_differences(group, u, attempts)
+        kink_op = judged.kink_op.label if judged is not None and judged.kink_op is not None else None
+        if judged is not None and judged.kind == "none":
+            # no op on the path has a kink and the differences along the line are smooth: the difference is
+            # the gradient's at that point, whatever a nearby point says (TensorFlow's SVD gradient at repeated
+            # singular values, cumprod's where a factor is zero)
+            assert judged.attempt.at is not None
+            self.runner.move_to(*judged.attempt.at)
+            self._report_failure(group, [judged.attempt], evaluations, u, result, once=judged.evidence)
+            return
+        if kinds[-1] == "pass" and judged is not None and judged.kind == "mixed":
+            self.results.append(replace(result(
+                "inconclusive", f"passed at a nearby point, but the discrepancy seen first (rel. error "
+                f"{judged.attempt.est.rel_error:.1e}) is not explained: {judged.evidence}"),
+                evidence=judged.evidence, kink_op=kink_op))
+            return
         if kinds[-1] == "pass":
             reason = None
-            if "fail" in kinds[:-1]:
-                worst = max(a.est.rel_error for a in attempts if a.kind == "fail")
-                reason = (f"passed at a nearby point; the discrepancy seen first (rel. error {worst:.1e}) "
-                          f"was a kink along that line")
+            if judged is not None:  # a kink or a marginal difference, with its evidence
+                reason = (f"passed at a nearby point; the discrepancy seen first (rel. error "
+                          f"{judged.attempt.est.rel_error:.1e}) is "
+                          f"{'a kink' if judged.kind == 'kink' else 'marginal'}: {judged.evidence}")
             elif len(attempts) > 1:
                 reason = (f"passed at a nearby point; along {len(attempts) - 1} earlier line(s) the "
-                          f"difference quotients did not settle (kinks)")
+                          f"difference quotients did not settle, without a discrepancy beyond their error bound")
             status = "pass"
             if est.scale == 0.0:  # nothing was compared: say so rather than pass
                 status = "inconclusive"
@@ -385,7 +434,8 @@ class Checker:
                     self.notes.append(
                         f"{group.source}: the static pass found a gradient path to {said}; TensorFlow "
                         f"returns no gradient and the outputs do not move with it at the checked point.")
-            self.results.append(result(status, reason))
+            self.results.append(replace(result(status, reason), evidence=judged.evidence if judged else None,
+                                        kink_op=kink_op))
         elif kinds.count("surrogate") == 2 or (
                 "surrogate" in kinds and "fail" not in kinds and self.s.op_types & (QUANTISERS | STOP_OPS)):
             # Confirmed twice, or once where the model holds the ops straight-through estimators use.
@@ -401,7 +451,8 @@ class Checker:
         elif kinds.count("fail") == 2:
             self._report_failure(group, attempts, evaluations, u, result)
         else:
-            self.results.append(result("inconclusive", self._unresolved_reason(attempts)))
+            self.results.append(replace(result("inconclusive", self._unresolved_reason(attempts, judged)),
+                                        evidence=judged.evidence if judged else None, kink_op=kink_op))
             # Quantised forwards jump at every step size (many elements cross quantisation levels): with
             # a quantiser or a straight-through stop_gradient in the model, that is its surrogate.
             jumps = any(a.est.jumpy for a in attempts)
@@ -414,7 +465,59 @@ class Checker:
                     f"not a derivative, and it cannot be checked numerically.",
                     sources=self._sources(group), outputs=group.outputs))
 
-    def _unresolved_reason(self, attempts: list[Attempt]) -> str:
+    def _differs(self, a: Attempt) -> bool:
+        """A difference from finite differences beyond the bound was measured along the attempt's line: a
+        failure, or one left unresolved because the line is rough (kinks or jumps seen along it). A difference
+        left unresolved at a probe point because its bound is loose is not one (truncation not seen to
+        converge)."""
+        return a.kind == "fail" or (a.kind == "unresolved" and not a.est.nonfinite and (a.est.kinky or a.est.jumpy)
+                                    and sweep.large(a.est, self.s.floor))
+
+    def _judge_differences(self, group: Group, u, attempts: list[Attempt]) -> Judgement | None:
+        """What explains the differences seen along lines without two confirming failures (None: no line
+        showed one, or two failures confirm each other). A kink needs both an op that has one on a forward
+        path from the group's sources to its outputs, and differences that change slope along the line."""
+        seen = [a for a in attempts if self._differs(a)]
+        if not seen or [a.kind for a in attempts].count("fail") == 2:
+            return None
+        kinked, op = self.s.domains.kink_on(self._sources(group), group.outputs)
+        said = self._outputs_text(group)
+        where = f"on the path from {self._describe(group)} to {said}"
+        verdicts = []
+        for a in seen:
+            slope = a.est.kinky or a.est.jumpy or bool(self._slope_changes(u, a))
+            threshold = a.est.rel_threshold(self.s.floor)
+            if not slope and a.est.rel_error <= FAR * threshold:
+                verdicts.append(("marginal", f"the difference (rel. error {a.est.rel_error:.1e}) is within {FAR:g} "
+                                             f"times its error bound ({threshold:.1e}) along a smooth line: the bound, "
+                                             f"an estimate, may be what is off there"))
+            elif op is not None and slope:
+                verdicts.append(("kink", f"{op.label} has a kink {where}, and the differences along the line "
+                                         f"change slope across it"))
+            elif not kinked and not slope:
+                verdicts.append(("none", f"no op with a kink (ReLU, abs, max, clip, floor...) lies {where} and the "
+                                         f"differences along the line do not change slope: the function is smooth "
+                                         f"there and its gradient is wrong at that point (a nearby point agrees)"))
+            elif slope:
+                verdicts.append(("mixed", "the differences along the line change slope, but no op with a kink "
+                                          + (f"lies {where}" if self.s.domains.kinks is not None else
+                                             f"{where} can be named without the static pass's graph")))
+            elif op is not None:
+                verdicts.append(("mixed", f"{op.label} has a kink {where}, but the differences along the line do "
+                                          f"not change slope"))
+            else:
+                verdicts.append(("mixed", f"the differences along the line do not change slope, but without the "
+                                          f"static pass's graph an op with a kink {where} cannot be ruled out"))
+        for kind in ("none", "mixed", "marginal", "kink"):
+            for a, (k, evidence) in zip(seen, verdicts):
+                if k == kind:
+                    return Judgement(kind, evidence, op, a)
+        return None
+
+    def _unresolved_reason(self, attempts: list[Attempt], judged: Judgement | None = None) -> str:
+        if judged is not None and judged.kind in ("mixed", "marginal"):
+            return (f"a discrepancy (rel. error {judged.attempt.est.rel_error:.1e}) seen at one point was not "
+                    f"confirmed at another and is not explained: {judged.evidence}; {len(attempts)} points tried")
         if any(a.est.nonfinite for a in attempts):
             why = "the outputs become NaN or Inf along the direction (numerical stability)"
         elif any(a.est.jumpy for a in attempts):
@@ -450,8 +553,11 @@ class Checker:
     def _sources(self, group: Group) -> tuple[str, ...]:
         return tuple(group.inputs) if group.inputs else tuple(self._variable_names(group.variables))
 
-    def _report_failure(self, group: Group, attempts: list[Attempt], evaluations: int, u, result) -> None:
-        failed = [a for a in attempts if a.kind == "fail"]
+    def _report_failure(self, group: Group, attempts: list[Attempt], evaluations: int, u, result,
+                        once: str | None = None) -> None:
+        """A confirmed failure (two points), or (`once`, its evidence) a failure seen at one point where no kink
+        explains it: `attempts` then holds that attempt alone, and the runner sits at its point."""
+        failed = [a for a in attempts if a.kind == "fail"] if once is None else list(attempts)
         confirming = failed[-1]  # the runner still sits at its point
         doubt = self.s.domains.doubtful(self._sources(group), group.outputs, set(self.s.given))
         if doubt is not None:
@@ -483,16 +589,20 @@ class Checker:
         names = self._variable_names
         pinned = [n for idx, _ in culprits for n in names(idx)]
         alone = self._outputs_alone(group, u, confirming)
-        reason = "; ".join(r for r in (f"pinned to {', '.join(pinned)}" if pinned else None, beyond) if r) or None
-        row = result("fail", reason, e=failed[0].est, evals=evaluations)
+        seen = f"seen at one point: {once}" if once else None
+        reason = "; ".join(r for r in (seen, f"pinned to {', '.join(pinned)}" if pinned else None, beyond) if r) or None
+        row = replace(result("fail", reason, e=failed[0].est, evals=evaluations), evidence=once)
         self.results.append(replace(row, expected_by="") if beyond else row)  # "": no cut explains it
+        marker = rules.SEEN_TWICE if once is None else rules.SEEN_ONCE
         if group.inputs:
-            self._mismatch(group, group.inputs, failed[0].est, confirming.point, beyond=beyond, alone=alone)
+            self._mismatch(group, group.inputs, failed[0].est, confirming.point, beyond=beyond, alone=alone,
+                           seen=marker)
             return
         for idx, e in culprits or [(group.variables, failed[0].est)]:
             if len(idx) == 1 and len(group.variables) > 1:
-                self.results.append(result("fail", None, source=names(idx)[0], e=e, evals=e.evaluations))
-            self._mismatch(group, names(idx), e, confirming.point, idx, beyond=beyond, alone=alone)
+                self.results.append(replace(result("fail", None, source=names(idx)[0], e=e, evals=e.evaluations),
+                                            evidence=once))
+            self._mismatch(group, names(idx), e, confirming.point, idx, beyond=beyond, alone=alone, seen=marker)
 
     def _stops(self, group: Group) -> str:
         """The stop_gradients crossing the group's pairs ("" when none, or when a pair is also cut otherwise)."""
@@ -539,7 +649,7 @@ class Checker:
 
     def _mismatch(self, group: Group, names: list[str], est: Estimate, point: Point,
                   var_idx: list[int] | None = None, beyond: str | None = None,
-                  alone: tuple[tuple[str, ...], str] = ((), "")) -> None:
+                  alone: tuple[tuple[str, ...], str] = ((), ""), seen: str = rules.SEEN_TWICE) -> None:
         outputs = alone[0] or group.outputs  # the outputs that disagree on their own, when that could be told
         label = outputs[0] if len(outputs) == 1 else "outputs " + ", ".join(outputs)
         if var_idx is None:
@@ -560,7 +670,7 @@ class Checker:
             f"The gradient of {label} with respect to {where} disagrees with finite differences: relative "
             f"error {est.rel_error:.2e} (error bound {est.rel_threshold(self.s.floor):.1e}, step {est.step:.1e}, "
             f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), "
-            f"{rules.SEEN_TWICE}{alone[1]}{advice.hint}", op=advice.op, sources=tuple(names), outputs=outputs)
+            f"{seen}{alone[1]}{advice.hint}", op=advice.op, sources=tuple(names), outputs=outputs)
         if beyond:  # the static pass saw a cut on the pair, and it was checked: the cut does not explain it
             finding = replace(finding, message=f"{finding.message} A stop_gradient crosses this pair: {beyond}.",
                               confirmed_by=beyond)

@@ -26,6 +26,15 @@ GATHERS = {"GatherV2": 1, "Gather": 1, "ResourceGather": 1, "GatherNd": 1, "Reso
 LOOKUPS = {"LookupTableFind", "LookupTableFindV2"}
 # A value compared with 0 by these is a padding mask (Keras `mask_zero=True` writes NotEqual(ids, 0)).
 MASKS = {"NotEqual", "Equal"}
+# An integer compared by these with a Range (tf.sequence_mask: Range(maxlen) < lengths) is a length bounded by
+# that axis: 1 is always inside it, and keeps a CTC loss's label and logit lengths feasible (1 <= 1).
+COMPARES = {"Less", "LessEqual", "Greater", "GreaterEqual"}
+# Op type -> (input holding segment ids, input holding the number of segments, or None: sorted ids from 0).
+SEGMENTS = {**dict.fromkeys(("UnsortedSegmentSum", "UnsortedSegmentMax", "UnsortedSegmentMin", "UnsortedSegmentProd"),
+                            (1, 2)),
+            **dict.fromkeys(("SegmentSum", "SegmentMean", "SegmentMax", "SegmentMin", "SegmentProd", "SegmentSumV2",
+                             "SegmentMeanV2", "SegmentMaxV2", "SegmentMinV2", "SegmentProdV2"), (1, None)),
+            **dict.fromkeys(("SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN"), (2, None))}
 # Float ops that hand a value on unchanged: labels that pass only through them are the input itself.
 _PASS = {"Identity", "IdentityN", "Snapshot", "EnsureShape", "Reshape", "ExpandDims", "Squeeze", "Cast",
          "StopGradient", "PreventGradient"}
@@ -36,8 +45,10 @@ COUNT_HIGH = 5  # integers whose use is unknown: [1, 5)
 
 @dataclass(frozen=True)
 class InputDomain:
-    kind: str  # "ids" | "classes" | "count" | "index" | "distribution"
-    high: int | None = None  # ids in [1, high): the size of the table indexed; classes in [0, high)
+    kind: str  # "ids" | "classes" | "count" | "index" | "distribution" | "length" | "position" | "segments"
+    # ids in [1, high): the size of the table indexed; classes in [0, high); segment ids in [0, high) (None:
+    # sorted ids, all 0)
+    high: int | None = None
     padded: bool = False  # a mask reads the input: a little padding (0) is part of its domain
     op: OpRef | None = None  # the op that tells the domain (the gather, the loss)
 
@@ -52,6 +63,15 @@ class InputDomain:
                                                           if self.op else "")
         if self.kind == "index":
             return "0 (a valid index into a table of unknown size, or a lookup-table key)"
+        if self.kind == "length":
+            return (f"lengths of 1, bounded by the axis {self.op.op_type} '{self.op.op_name}' compares them with"
+                    if self.op else "lengths of 1")
+        if self.kind == "position":
+            return (f"1, a position in [0, {self.high}) along the axis of {self.op.op_type} '{self.op.op_name}' (the "
+                    "shortest length that is not empty)" if self.op else f"1, a position in [0, {self.high})")
+        if self.kind == "segments":
+            where = f" of {self.op.op_type} '{self.op.op_name}'" if self.op else ""
+            return (f"segment ids in [0, {self.high}){where}" if self.high else f"sorted segment ids (all 0){where}")
         return f"small positive integers in [1, {COUNT_HIGH})" + (" with some padding (0)" if self.padded else "")
 
 
@@ -75,12 +95,48 @@ ASSUMING = frozenset({*DISTRIBUTION_LABELS, "SparseSoftmaxCrossEntropyWithLogits
                       "XlaCallModule"})
 
 
+# Op types whose forward has a kink or a jump at some inputs (its slope changes there): the only ops that can
+# explain a gradient that disagrees with finite differences at one point and agrees at a nearby one. Data-dependent
+# control flow and a compiled module gradaudit cannot read are counted too (what they hold is not known).
+KINK_OPS = frozenset({
+    "Relu", "Relu6", "LeakyRelu", "Elu", "Selu", "Abs", "Maximum", "Minimum", "ClipByValue", "Floor", "Ceil",
+    "Round", "Rint", "Sign", "FloorMod", "Mod", "FloorDiv", "TruncateDiv", "TruncateMod", "Max", "Min",
+    "MaxPool", "MaxPoolV2", "MaxPool3D", "MaxPoolWithArgmax", "FractionalMaxPool", "Select", "SelectV2",
+    "TopKV2", "Sort", "Bucketize", "CropAndResize", "While", "StatelessWhile", "If", "StatelessIf", "Case",
+    "StatelessCase", "XlaCallModule", "FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars",
+    "FakeQuantWithMinMaxVarsPerChannel", "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3",
+    "QuantizeAndDequantizeV4",
+})
+
+
+@dataclass(frozen=True)
+class Kink:
+    """An op of KINK_OPS on a forward path from `sources` to `outputs`."""
+
+    op: OpRef
+    sources: frozenset[str]
+    outputs: frozenset[str]
+
+
 @dataclass
 class Domains:
     inputs: dict[str, InputDomain] = field(default_factory=dict)
     uncertain: list[Uncertain] = field(default_factory=list)
     # ops of ASSUMING types: where to look first when a gradient without a custom gradient is wrong
     assuming: list[OpRef] = field(default_factory=list)
+    # the ops with a kink on a forward path; None when the graph was not read (any op may have one)
+    kinks: list[Kink] | None = None
+
+    def kink_on(self, sources: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str]
+                ) -> tuple[bool, OpRef | None]:
+        """(whether an op with a kink may lie on a forward path from `sources` to `outputs`, the first such op
+        found; None with True when the graph was not read)."""
+        if self.kinks is None:
+            return True, None
+        for k in self.kinks:
+            if k.sources & set(sources) and k.outputs & set(outputs):
+                return True, k.op
+        return False, None
 
     def doubtful(self, sources: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str],
                  given: set[str]) -> Uncertain | None:
@@ -94,13 +150,22 @@ class Domains:
 
 def infer(analysis) -> Domains:
     """Domains of the signature inputs of a finished StaticAnalysis (empty without one)."""
-    if analysis is None or not getattr(analysis, "input_tensor", None):
+    if analysis is None or getattr(analysis, "graph", None) is None:
         return Domains()
     g = analysis.graph
+    domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING},
+                                      key=lambda r: (r.function, r.op_name)), kinks=[])
+    for node in sorted((n for n in g.ops.values() if n.ref.op_type in KINK_OPS),
+                       key=lambda n: (n.ref.function, n.ref.op_name)):
+        src, out = analysis.op_masks(node)
+        if src and out:
+            assert domains.kinks is not None
+            domains.kinks.append(Kink(node.ref, frozenset(analysis.source_names(src)),
+                                      frozenset(analysis.output_names(out))))
+    if not getattr(analysis, "input_tensor", None):
+        return domains
     variable_shapes = {t: analysis.sources[i].shape for i, t in analysis.source_tensor.items()
                        if analysis.sources[i].kind == "variable"}
-    domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING},
-                                      key=lambda r: (r.function, r.op_name)))
     for spec in analysis.signature.inputs:
         t = analysis.input_tensor.get(spec.name)
         if t is None:
@@ -133,6 +198,9 @@ def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
     table: OpRef | None = None
     unknown_table = padded = False
     classes: tuple[int, OpRef] | None = None
+    length: OpRef | None = None
+    segments: InputDomain | None = None
+    position: InputDomain | None = None
     while stack and len(seen) < 512:
         x = stack.pop()
         if x in seen:
@@ -144,6 +212,21 @@ def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
                 continue
             if op in LOOKUPS:
                 unknown_table = True
+                continue
+            if op in SEGMENTS and SEGMENTS[op][0] == i:
+                count = SEGMENTS[op][1]
+                n = g.const_value.get(node.inputs[count][0]) if count is not None else None
+                nseg = int(n) if isinstance(n, (int, float)) and n >= 1 else None
+                if count is None or nseg is not None:
+                    segments = segments or InputDomain("segments", high=nseg, op=node.ref)
+                continue
+            if op == "OneHot" and i == 0:  # a position along an axis of `depth` (CTC's label lengths)
+                n = g.const_value.get(node.inputs[1][0]) if len(node.inputs) > 1 else None
+                if isinstance(n, (int, float)) and n >= 1:
+                    position = position or InputDomain("position", high=int(n), op=node.ref)
+                continue
+            if op in COMPARES and any(_from_range(g, y) for y, _ in node.inputs if y != x):
+                length = length or node.ref
                 continue
             if CLASS_LABELS.get(op) == i:
                 n = _last_dim(g, node.inputs[0][0])
@@ -160,6 +243,12 @@ def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
                 padded = True
             elif op not in MASKS and any(g.dtype[o] in _INTEGER for o in node.outputs):
                 stack.extend(o for o in node.outputs if g.dtype[o] in _INTEGER)
+    if segments is not None:
+        return segments
+    if length is not None and high is None:
+        return InputDomain("length", op=length)
+    if position is not None and high is None:
+        return position
     if classes is not None and high is None:
         return InputDomain("classes", high=classes[0], op=classes[1])
     if unknown_table and high is None:
@@ -167,6 +256,25 @@ def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
     if high is not None and high > 1:
         return InputDomain("ids", high=high, padded=padded, op=table)
     return InputDomain("count", padded=padded)
+
+
+def _from_range(g, t: int) -> bool:
+    """Whether tensor `t` is a Range's result, through casts, reshapes and identities."""
+    for _ in range(6):
+        producer = g.producer.get(t)
+        node = g.ops.get(producer) if producer is not None else None
+        if node is None:
+            src = g.aliased_from.get(t)
+            if src and len(src) == 1:
+                t = src[0]
+                continue
+            return False
+        if node.ref.op_type == "Range":
+            return True
+        if node.ref.op_type not in ("Cast", "ExpandDims", "Reshape", "Identity") or not node.inputs:
+            return False
+        t = node.inputs[0][0]
+    return False
 
 
 def _last_dim(g, t: int) -> int | None:

@@ -103,6 +103,11 @@ def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int
             arrays[name] = np.full(shape, b"", dtype=object)
         elif spec.dtype.is_integer and domain is not None and domain.kind == "classes" and domain.high:
             arrays[name] = rng.integers(0, domain.high, size=shape).astype(np_dtype)
+        elif spec.dtype.is_integer and domain is not None and domain.kind in ("length", "position"):
+            arrays[name] = np.full(shape, min(1, (domain.high or 2) - 1), dtype=np_dtype)
+        elif spec.dtype.is_integer and domain is not None and domain.kind == "segments":
+            arrays[name] = (rng.integers(0, domain.high, size=shape) if domain.high
+                            else np.zeros(shape, dtype=np.int64)).astype(np_dtype)
         elif spec.dtype.is_integer and domain is not None and domain.kind != "index":
             high = domain.high if domain.kind == "ids" and domain.high else COUNT_HIGH
             ids = rng.integers(1, max(high, 2), size=shape)

@@ -235,6 +235,23 @@ def _jumpy(line: Line, steps: list[float], r: dict[float, float]) -> bool:
     return abs(mean) > 30 * line.sigma_floor and all(abs(x - mean) < 0.3 * abs(mean) for x in rest)
 
 
+def slope_changes(line: Line, steps: tuple[float, ...]) -> bool | None:
+    """Whether the differences along the line change slope within the steps, the evidence of a kink: between
+    some pair of neighbouring steps the even part psi(h) + psi(-h) does not scale like h^2 (it grows like h at a
+    kink), or the noise is far above rounding. Evaluates the steps not evaluated yet; None when the outputs are
+    not finite along the line."""
+    for h in steps:
+        if h not in line.points:
+            line.add_step(h)
+    evaluated = sorted({t for t in line.points if t > 0}, reverse=True)
+    if len(evaluated) < 2 or not all(math.isfinite(v) for pair in line.points.values() for v in pair):
+        return None
+    measured = _noise(line.points, evaluated) if len(evaluated) >= 4 else 0.0
+    sigma = max(measured, line.sigma_floor)
+    _, even = _differences(line.points, evaluated)
+    return measured > ROUGH * line.sigma_floor or not all(_smooth_pairs(evaluated, even, sigma))
+
+
 def large(est: Estimate, floor: float) -> bool:
     """The discrepancy is larger than rounding, truncation and the floor can explain."""
     return abs(est.delta) > est.bound + floor * est.scale

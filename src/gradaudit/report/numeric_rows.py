@@ -36,6 +36,8 @@ class NumericRow:
         """The reason, and for a folded line how many checks it stands for and that each is in the JSON."""
         n = self.result
         said = n.reason or ""
+        if n.evidence and n.evidence not in said:  # what a difference was judged on (a kink, or why not one)
+            said = "; ".join(x for x in (said, f"evidence: {n.evidence}") if x)
         if self.folded:
             said = (f"{self.count} probe-point checks, all inconclusive" + (f"; the first: {said}" if said else "")
                     + " (the JSON report lists each)")

@@ -225,8 +225,12 @@ def mismatch_advice(custom_gradients: Sequence[OpRef], assuming: Sequence[OpRef]
     return MismatchAdvice(hint, fix, assuming[0] if len(assuming) == 1 else None)
 
 
-# Where a gradient-mismatch message's measurement ends and the advice on where to look begins.
+# Where a gradient-mismatch message's measurement ends and the advice on where to look begins: a difference
+# seen at two points, or at one where no kink explains it (a nearby point agrees, no op on the path has a kink
+# and the differences along the line do not change slope).
 SEEN_TWICE = "seen at two points."
+SEEN_ONCE = ("seen at one point, not at a nearby one; no op on the path has a kink and the differences along "
+             "the line do not change slope there.")
 
 
 def _custom_gradient_beside(findings: list, mismatch, cut):
@@ -280,7 +284,8 @@ def explain_mismatches(findings: list, numeric: list, variables: set[str],
             and not f.confirmed_by) else None
         if cut is not None:
             # the measurement, without the advice on where to look for a wrong gradient: the cut explains it
-            measured = f.message.split(SEEN_TWICE)[0] + SEEN_TWICE if SEEN_TWICE in f.message else f.message
+            marker = next((m for m in (SEEN_TWICE, SEEN_ONCE) if m in f.message), None)
+            measured = f.message.split(marker)[0] + marker if marker else f.message
             custom = _custom_gradient_beside(findings, f, cut)
             if custom is not None:
                 # the cut explains a difference, but a custom gradient on the pair's other paths may add one:

@@ -29,6 +29,9 @@ class StabilityOutcome:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stopped: str | None = None  # TensorFlow's reason when running the model stopped the probes
+    # requested parts of the probes that did not run or did not finish, with the reason (the verdict is
+    # `incomplete` at best)
+    incomplete: list[str] = field(default_factory=list)
     # (code, op, message) of a static hazard finding -> what the probes saw fail there
     confirmations: dict[tuple[str, OpRef | None, str], str] = field(default_factory=dict)
     # the same key -> where the probes reached the hazard's op and saw nothing go wrong
@@ -100,6 +103,7 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
                           inputs_file=n.inputs_file, domains=plan.domains)
     except InputError as exc:
         outcome.notes.append(f"Stability probes skipped: {exc}")
+        outcome.incomplete.append(f"stability probes did not run: {exc}")
         return
     loaded = loads.get(False)
     by_name = signature_variables(info, loaded.fn)
@@ -117,6 +121,11 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
             findings, outcome.confirmations, outcome.probed = ladder_findings(
                 ladder.reported, plan.input_sources, find_hazards(analysis), ladder.scales)
             outcome.findings.extend(findings)
+            outcome.findings.extend(_raising_points(ladder.raised, plan, analysis))
+            if ladder.raised:
+                outcome.incomplete.append(
+                    f"stability probes could not differentiate the model at {len(ladder.raised)} probe point(s) "
+                    f"(first: {ladder.raised[0][0]}: {ladder.raised[0][1]}): nothing was observed there")
         else:
             outcome.notes.append("Stability probes skipped: no float input to scale.")
         if options.order >= 2:
@@ -124,12 +133,38 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
             outcome.numeric.extend(second.results)
             outcome.findings.extend(second.findings)
     except ModelError as exc:
-        outcome.notes.append(f"Stability probes not run: the loaded model cannot be "
-                             f"{'differentiated' if exc.stage == 'gradient' else 'run'}: {exc}")
+        what = 'differentiated' if exc.stage == 'gradient' else 'run'
+        outcome.notes.append(f"Stability probes not run: the loaded model cannot be {what}: {exc}")
+        outcome.incomplete.append(f"stability probes stopped: the loaded model cannot be {what}: {exc}")
     finally:
         if prober is not None:
             outcome.notes.extend(prober.notes)
             prober.close()
+
+
+def _raising_points(raised: list[tuple[str, str]], plan, analysis) -> list[Finding]:
+    """One unstable-gradient finding per reason TensorFlow gave for refusing to differentiate the model at probe
+    points (a determinant's or an inverse's gradient at a singular matrix), naming the points and the op whose
+    gradient raised where the error's node name tells it (`gradients/<op>_grad/...`)."""
+    import re
+
+    from ..rules import hazards as rules
+
+    by_reason: dict[str, list[str]] = {}
+    for where, reason in raised:
+        by_reason.setdefault(reason, []).append(where)
+    findings = []
+    for reason, points in by_reason.items():
+        match = re.search(r"gradients(?:_\d+)?/(.+?)_grad/", reason)
+        ops = [n.ref for n in analysis.graph.ops.values() if match and n.ref.op_name == match.group(1)]
+        op = ops[0] if len(ops) == 1 else None
+        shown = "; ".join(points[:4]) + (f" and {len(points) - 4} more" if len(points) > 4 else "")
+        text = (f"TensorFlow raises when it differentiates the model at probe point(s) {shown}: {reason}"
+                + (f". The gradient of {op.label} raises there" if op else "")
+                + ": training on such an input stops with this error.")
+        findings.append(rules.UnstableGradient.finding(text, op=op, sources=tuple(plan.input_sources),
+                                                       outputs=tuple(plan.float_outputs)))
+    return findings
 
 
 def _suspects_on_path(analysis):

@@ -117,6 +117,8 @@ class LadderOutcome:
     scales: list[float] = field(default_factory=list)  # the scales probed
     numeric: list[NumericResult] = field(default_factory=list)  # gradient checks at probe points
     mismatches: list[Finding] = field(default_factory=list)  # gradient-mismatch found there
+    # (where, TensorFlow's reason) of the probe points where TensorFlow could not differentiate the model
+    raised: list[tuple[str, str]] = field(default_factory=list)
 
 
 class Prober:
@@ -147,6 +149,7 @@ class Prober:
         self._last64: tuple | None = None
         self.checked: list[NumericResult] = []
         self.mismatches: list[Finding] = []
+        self.raised: list[tuple[str, str]] = []  # (where, TensorFlow's reason): points it cannot differentiate
         self.forensics = Forensics(self.loaded.fn, graph, gradient_functions)
         self.suspects = suspects or (lambda _sources, _output: ())
         self._runners: dict[tuple[str | None, bool, bool], object] = {}
@@ -272,11 +275,21 @@ class Prober:
     def observe(self, config: tuple[str, ...], scale: float, sign: int) -> dict[tuple[str, str], Observation]:
         """What every (source, output) pair does at the probe point (config, scale, sign), or (scale GIVEN) at
         the base point itself: the inputs given with --inputs."""
+        from ..numeric.runner import ModelError
+
         point = dict(self.base) if scale == GIVEN else self.point(config, scale, sign)
-        out, grads = self.gradients(point)
-        per_output = dict.fromkeys(self.plan.float_outputs, (out, grads))
-        if len(per_output) > 1 and any(nonfinite(g) for g in grads.values()):
-            per_output = {o: self.gradients(point, o) for o in self.plan.float_outputs}  # whose gradient?
+        try:
+            out, grads = self.gradients(point)
+            per_output = dict.fromkeys(self.plan.float_outputs, (out, grads))
+            if len(per_output) > 1 and any(nonfinite(g) for g in grads.values()):
+                per_output = {o: self.gradients(point, o) for o in self.plan.float_outputs}  # whose gradient?
+        except ModelError as exc:
+            if exc.stage != "gradient":
+                raise
+            # TensorFlow cannot differentiate the model at this point (a determinant's gradient at a singular
+            # matrix): the hazard itself, reported; nothing is observed there
+            self.raised.append((Observation(OK, scale, sign, config).where(self.plan.input_sources), str(exc)))
+            return {}
         exact: dict[str, tuple] = {}
 
         def float64_at(o: str):
@@ -428,14 +441,14 @@ class Prober:
         """(group, result) of each check at the point `at` = (outputs, input gradients, variable gradients)
         the runner sits at: `groups`, or every input of `inputs` with its output groups."""
         from ..numeric.checks import Checker, Group, Point, Settings
-        from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION, variable_groups
+        from ..numeric.session import EPS, RESOLUTION, floor_for, variable_groups
         from ..numeric.sweep import ladder_for
 
         out, g_in, g_var = at
         eps = EPS[dtype]
         f64 = dtype == "float64" and self.plan.native != "float64"
         settings = Settings(dtype=dtype, upcast=f64, eps=eps, ladder=ladder_for(eps, f64),
-                            floor=FLOOR_ULPS * eps, resolution=RESOLUTION, op_types=self.info.op_types,
+                            floor=floor_for(dtype), resolution=RESOLUTION, op_types=self.info.op_types,
                             custom_gradients=self.info.custom_gradients, domains=self.plan.domains,
                             given=self.given, strict=True, stopped=self.plan.stopped,
                             uncut=self._uncut(runner) if f64 and self.plan.stopped else None)
@@ -548,7 +561,8 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
                     worst[key] = obs
                 if obs.reported:
                     reported.append((s, o, obs))
-            if (scale, sign) in CHECKED and config == configs[0] and all(obs.kind == OK for obs in seen.values()):
+            if (scale, sign) in CHECKED and config == configs[0] and seen and all(
+                    obs.kind == OK for obs in seen.values()):
                 prober.check_at(list(config), scale, sign)
     if prober.given and inputs:
         # The ladder scales the inputs normalised to a largest magnitude of 1: the given point itself is not on
@@ -577,4 +591,4 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
     notes = [f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
              "range of the inputs' dtype."] if skipped else []
     probed = sorted({abs(float(s)) for s in scales} - skipped - {0.0})
-    return LadderOutcome(results, reported, notes, probed, prober.checked, prober.mismatches)
+    return LadderOutcome(results, reported, notes, probed, prober.checked, prober.mismatches, list(prober.raised))

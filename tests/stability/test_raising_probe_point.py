@@ -1,0 +1,71 @@
+"""A probe point where TensorFlow cannot differentiate the model is the hazard itself, and the stage that did
+not observe it is incomplete (issue 22): a determinant's gradient at a singular matrix (the probe point
+inputs × 0) raises "Input is not invertible"; the audit passed with an empty `incomplete`."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _det_model(path: str) -> str:
+    import tensorflow as tf
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3, 3], tf.float32)])
+        def __call__(self, x):
+            return {"y": tf.linalg.det(x)}
+
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.__call__})
+    return path
+
+
+@pytest.fixture(scope="module")
+def det(tmp_path_factory):
+    return _det_model(str(tmp_path_factory.mktemp("det") / "det"))
+
+
+def test_tape_on_the_loaded_model_raises_at_the_zero_point(det):
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(det).signatures["serving_default"]
+    x = tf.zeros([1, 3, 3])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not invertible"):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x=x)["y"]
+        tape.gradient(y, x)
+    # and elsewhere the gradient is right: float64 differences of det agree with the tape
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1, 3, 3))
+    xa = tf.constant(a, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(xa)
+        y = fn(x=xa)["y"]
+    g = tape.gradient(y, xa).numpy()
+    h = 1e-6
+    numeric = np.zeros_like(a)
+    for i in np.ndindex(a.shape):
+        up, down = a.copy(), a.copy()
+        up[i] += h
+        down[i] -= h
+        numeric[i] = (np.linalg.det(up)[0] - np.linalg.det(down)[0]) / (2 * h)
+    assert np.allclose(g, numeric, rtol=1e-3, atol=1e-4)
+
+
+def test_the_raising_probe_point_is_reported_and_the_verdict_is_not_pass(det):
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    report = audit_saved_model(det, AuditOptions())
+    assert report.verdict() != "pass"
+    assert any("probe point" in line and "not invertible" in line for line in report.incomplete), report.incomplete
+    (found,) = [f for f in report.findings if f.code == "GA310"]
+    assert "× 0" in found.message and "not invertible" in found.message
+    assert found.op is not None and found.op.op_type == "MatrixDeterminant"
+    # the numeric check at the synthesised point still passes: the gradient is right where it runs
+    assert [n.status for n in report.numeric if n.scale is None] == ["pass"]
