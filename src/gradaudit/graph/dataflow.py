@@ -12,10 +12,9 @@ from typing import NamedTuple
 from tensorflow.python.framework import tensor_util
 
 from ..model import OpRef
-from ..safety.budget import MAX_COUNT_ATTR
 from .dtypes import DT_INVALID, carries_gradient
 from .gradients import GradientOracle, GradKind, registry_kind
-from .library import Library, OutputLayout, function_attrs
+from .library import MAX_COUNT_ATTR, Library, OutputLayout, function_attrs
 
 # Edge flags
 VALUE = 1  # the target's value depends on the source's value

@@ -9,6 +9,8 @@ from tensorflow.python.framework import op_def_registry
 
 from .dtypes import DT_INVALID
 
+MAX_COUNT_ATTR = 1_000_000  # an op's `num`/`N`-style attribute: how many inputs or outputs it has
+
 
 @dataclass(frozen=True)
 class OutputLayout:

@@ -8,6 +8,7 @@ import stat
 import zipfile
 
 from ..errors import GradauditError
+from ..graph.library import MAX_COUNT_ATTR
 
 MAX_GRAPH_BYTES = 1 << 30  # saved_model.pb; protobuf itself stops at 2 GiB
 # saved_model.pbtxt: Python's text_format parses 0.3-0.5 s/MB of a real graph's text here (Keras ResNet50: 7.5 MB
@@ -15,7 +16,6 @@ MAX_GRAPH_BYTES = 1 << 30  # saved_model.pb; protobuf itself stops at 2 GiB
 # about 40 s, and admits a text graph twice ResNet50's
 MAX_TEXT_GRAPH_BYTES = 16 << 20
 MAX_INPUT_BYTES = 256 << 20  # --inputs, decompressed: gradient checks use small batches
-MAX_COUNT_ATTR = 1_000_000  # an op's `num`/`N`-style attribute: how many inputs or outputs it has
 
 
 def _regular(path: str, what: str) -> int:
