@@ -16,8 +16,11 @@ import numpy as np
 from ..flow import STOP_OPS
 from .savedmodel import SavedModelInfo
 
-_DT_FLOAT, _DT_DOUBLE, _DT_HALF, _DT_BFLOAT16 = 1, 2, 19, 14
-_LOW = frozenset({_DT_FLOAT, _DT_HALF, _DT_BFLOAT16})
+_DT_FLOAT, _DT_DOUBLE, _DT_HALF, _DT_BFLOAT16, _DT_COMPLEX64, _DT_COMPLEX128 = 1, 2, 19, 14, 8, 18
+# Each low-precision type and its float64 counterpart: complex64 (a pair of float32) becomes complex128, so
+# that an op from a float to a complex type (Complex, RFFT) or back (Angle, ComplexAbs, IRFFT) stays valid.
+_WIDER = {_DT_FLOAT: _DT_DOUBLE, _DT_HALF: _DT_DOUBLE, _DT_BFLOAT16: _DT_DOUBLE, _DT_COMPLEX64: _DT_COMPLEX128}
+_LOW = frozenset(_WIDER)
 # Ops whose meaning depends on the width of the float type (they reinterpret bytes).
 _WIDTH_DEPENDENT = frozenset({"Bitcast", "DecodeRaw", "DecodePaddedRaw", "ParseTensor"})
 
@@ -26,7 +29,8 @@ def _upcast_tensor(tp) -> None:
     import tensorflow as tf
 
     if tp.dtype in _LOW:
-        tp.CopyFrom(tf.make_tensor_proto(tf.make_ndarray(tp).astype(np.float64)))
+        wide = np.complex128 if tp.dtype == _DT_COMPLEX64 else np.float64
+        tp.CopyFrom(tf.make_tensor_proto(tf.make_ndarray(tp).astype(wide)))
 
 
 def _add_default_type_attrs(node) -> None:
@@ -40,7 +44,7 @@ def _add_default_type_attrs(node) -> None:
         if attr.name in node.attr or not attr.HasField("default_value"):
             continue
         if attr.type == "type" and attr.default_value.type in _LOW:
-            node.attr[attr.name].type = _DT_DOUBLE
+            node.attr[attr.name].type = _WIDER[attr.default_value.type]
         elif attr.type == "list(type)" and _LOW & set(attr.default_value.list.type):
             node.attr[attr.name].CopyFrom(attr.default_value)
 
@@ -52,9 +56,9 @@ def _rewrite(msg) -> None:
             if field.is_repeated:
                 for i, v in enumerate(value):
                     if v in _LOW:
-                        value[i] = _DT_DOUBLE
+                        value[i] = _WIDER[v]
             elif value in _LOW:
-                setattr(msg, field.name, _DT_DOUBLE)
+                setattr(msg, field.name, _WIDER[value])
         elif field.type == field.TYPE_MESSAGE:
             name = field.message_type.full_name
             items = value if field.is_repeated else [value]
@@ -123,7 +127,7 @@ def float64_blockers(info: SavedModelInfo) -> list[str]:
                     types = tuple(value.list.type) if value is not None else tuple(attr.default_value.list.type)
                 if not _LOW & set(types):
                     continue
-                types = tuple(_DT_DOUBLE if t in _LOW else t for t in types)
+                types = tuple(_WIDER.get(t, t) for t in types)
                 allowed = set(attr.allowed_values.list.type)
                 if allowed and not set(types) <= allowed:
                     blockers[node.op] = f"{node.op} has no float64 version"
