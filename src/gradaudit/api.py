@@ -559,7 +559,8 @@ def _stability_options(options: AuditOptions):
     numeric = _numeric_options(options)
     if not options.inputs_file:  # the ladder needs no batch: one example halves its cost on large models
         numeric = replace(numeric, batch_size=1)
-    return StabilityOptions(numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order)
+    return StabilityOptions(numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order,
+                            batch_size=options.batch_size)
 
 
 def _stability_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None):

@@ -20,6 +20,9 @@ class StabilityOptions:
     numeric: NumericOptions = field(default_factory=NumericOptions)  # how inputs are made: seed, --inputs
     scales: tuple[float, ...] = DEFAULT_SCALES
     order: int = 1
+    # the numeric checks' batch: the probes run at one example (`numeric.batch_size` 1) only when the model
+    # treats the examples of a batch apart, which a forward pass at this batch tells
+    batch_size: int = 1
 
 
 @dataclass
@@ -106,6 +109,14 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
         outcome.incomplete.append(f"stability probes did not run: {exc}")
         return
     loaded = loads.get(False)
+    if n.batch_size < options.batch_size:
+        wider = synthesise(plan.specs, seed=n.seed, batch_size=options.batch_size, dim=n.dim, shapes=n.shapes,
+                           inputs_file=n.inputs_file, domains=plan.domains)
+        why = _mixes_examples(loaded.fn, wider, plan.float_outputs)
+        if why:
+            outcome.notes.append(f"Stability probes at a batch of {options.batch_size}, as the numeric checks: "
+                                 f"{why}, so one example alone would not show what a batch does.")
+            base = wider
     by_name = signature_variables(info, loaded.fn)
     variables = [(v, by_name[v]) for v in plan.variable_sources if v in by_name]
     prober = None
@@ -189,3 +200,32 @@ def _suspects_on_path(analysis):
         return tuple(sorted(set(found), key=lambda r: (r.function, r.op_name)))
 
     return suspects
+
+
+def _mixes_examples(fn, point: dict, outputs: list[str]) -> str | None:
+    """Why the model's outputs for one example depend on the other examples of its batch (batch statistics,
+    a loss over the batch), or None when each example's outputs are those it has alone: the forward at `point`
+    against each of its examples run by itself."""
+    import numpy as np
+
+    from ..numeric.runner import ModelError
+
+    try:
+        together = {o: np.asarray(v, np.float64) for o, v in fn(**point).items() if o in outputs}
+        rows = next(iter(point.values())).shape[0]
+        alone = [{o: np.asarray(v, np.float64) for o, v in fn(**{k: a[i:i + 1] for k, a in point.items()}).items()
+                  if o in outputs} for i in range(rows)]
+    except (ModelError, ValueError, TypeError) as exc:
+        return f"its examples could not be run one by one ({type(exc).__name__})"
+    except Exception as exc:  # noqa: BLE001 - TensorFlow's refusal of a batch of one is an answer too
+        return f"its examples could not be run one by one ({type(exc).__name__})"
+    for o, value in together.items():
+        if value.ndim == 0 or value.shape[0] != rows:
+            return f"its output {o} has no batch dimension"
+        each = np.concatenate([a[o] for a in alone], axis=0)
+        scale = float(np.max(np.abs(value[np.isfinite(value)]), initial=0.0))
+        if each.shape != value.shape or not np.allclose(each, value, rtol=1e-4, atol=1e-6 * scale + 1e-30,
+                                                           equal_nan=True):
+            return f"its output {o} for one example changes with the other examples of the batch"
+    return None
+
