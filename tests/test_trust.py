@@ -170,20 +170,36 @@ def test_a_gradient_that_raises_only_for_some_shapes(tmp_path, shape, expected):
 
 
 def test_an_internal_error_in_the_timeout_child_is_said_to_be_one(samples, tmp_path, monkeypatch):
-    """The --timeout child runs the audit again in a fresh process; a bug there comes back as gradaudit's
+    """The --timeout child runs the model in a fresh process; a bug there comes back as gradaudit's
     failure with the child's partial report, not as a pass or a crash of the parent."""
     from gradaudit import api
     from gradaudit.errors import InternalError
-
-    err = InternalError("running the numeric checks", RuntimeError("in the child"))
     from gradaudit.model import Isolation
 
+    # what the child sends (wire.py) when gradaudit fails in it before it has a report
+    sent = {"internal": {"stage": "running the numeric checks", "detail": "RuntimeError: in the child",
+                         "report": None}}
     isolation = Isolation("landlock-abi7", "landlock", 1 << 30, 30.0)
-    monkeypatch.setattr("gradaudit.isolate.run_isolated", lambda *_a, **_k: (err, isolation))
+    monkeypatch.setattr("gradaudit.isolate.run_isolated", lambda *_a, **_k: (sent, isolation))
     with pytest.raises(InternalError) as caught:
         api.audit_saved_model(os.path.join(samples, "mlp"), AuditOptions(timeout=30.0))
     assert caught.value.report is not None and caught.value.report.verdict() == "incomplete"
     assert "RuntimeError: in the child" in str(caught.value)
+
+
+@pytest.mark.parametrize("sent", [{"report": {"target": "forged"}}, {"report": None}, ["ok"],
+                                  {"internal": {"stage": 1}}, {"error": 42}])
+def test_a_result_from_the_child_that_is_not_one_is_incomplete_never_a_pass(samples, monkeypatch, sent):
+    """What a model that got ops past the gate might write instead of the child's result: the static report,
+    incomplete, with the reason."""
+    from gradaudit import api
+    from gradaudit.model import Isolation
+
+    monkeypatch.setattr("gradaudit.isolate.run_isolated",
+                        lambda *_a, **_k: (sent, Isolation("landlock-abi7", "landlock", 1 << 30, 30.0)))
+    report = api.audit_saved_model(os.path.join(samples, "mlp"), AuditOptions(timeout=30.0))
+    assert report.verdict() == "incomplete" and not report.numeric
+    assert any("sent a malformed result" in line for line in report.incomplete), report.incomplete
 
 
 @pytest.mark.parametrize("name, args", [("qr_dynamic", []), ("tfdf_gbt", ["--allow-unsafe-ops"])])
