@@ -40,6 +40,7 @@ class AuditOptions:
     # Python packages to import or shared libraries to load (tf.load_op_library) before the audit, so that
     # their custom ops and gradients are known
     load_ops: tuple[str, ...] = ()
+    precision: str | None = None  # float16 or bfloat16: how the gradients and activations fare in it; None: not
 
 
 @dataclass
@@ -61,6 +62,7 @@ class _Draft:
     incomplete: list = field(default_factory=list)
     isolation: Isolation | None = None
     inputs_given: bool = False  # --inputs gave the checked point: no hint to give it
+    precision: list = field(default_factory=list)
 
     def note(self, stage: str, lines) -> None:
         """Notes of one stage (static, numeric, stability), each once."""
@@ -279,6 +281,7 @@ def _execute(report: _Draft, analysis, path: str, options: AuditOptions, key: st
                    lambda: _run_numeric(report, path, options, key, analysis, loads))
             _guard("running the stability probes", report,
                    lambda: _run_stability(report, analysis, path, options, key, loads))
+            _guard("checking precision", report, lambda: _run_precision(report, analysis, options, loads))
     finally:
         loads.close()
 
@@ -393,6 +396,7 @@ def _execute_isolated(report: _Draft, path: str, options: AuditOptions, key: str
     report.seed = child.seed
     report.numeric.extend(child.numeric)
     report.stability.extend(child.stability)
+    report.precision.extend(child.precision)
     report.findings[:] = child.findings
     for line, stage in zip(child.notes, child.note_stages):
         report.note(stage, [line])
@@ -581,6 +585,17 @@ def _run_stability(report: _Draft, analysis, path: str, options: AuditOptions, k
     report.numeric.extend(outcome.numeric)
     report.findings[:] = outcome.confirm(report.findings) + _not_yet_reported(report, outcome.findings)
     _add_stability_notes(report, outcome)
+
+
+def _run_precision(report: _Draft, analysis, options: AuditOptions, loads) -> None:
+    from .stability.precision import run_precision
+
+    if options.precision:
+        say(f"precision: {options.precision}")
+    outcome = run_precision(loads, analysis, _stability_options(options), options.precision)
+    report.precision.extend(outcome.results)
+    report.findings.extend(outcome.findings)
+    report.note("precision", outcome.notes)
 
 
 def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:
