@@ -399,8 +399,8 @@ ActivationOverflow = define(
     Runs the model's graph (variables frozen, calls inlined) at the synthesised or `--inputs`
     point and over the stability probe ladder, and names each op whose float inputs fit the
     dtype while its output does not (float16: `exp` beyond about 11, squares beyond about
-    256, sums of many large terms). An error at the model's own point; a warning when it
-    happens only at a probe scale.
+    256, sums of many large terms). An error at the model's own point; info when it happens
+    only at a probe scale (the ladder goes far beyond the activations float16 models train at).
 
     ## Why is this bad?
     In float16 the op returns inf: the loss is inf or NaN and a loss scaler skips every step,
@@ -430,7 +430,8 @@ ActivationUnderflow = define(
     ## What it does
     At the model's own activations and over the probe ladder, names the ops whose nonzero
     outputs become zero after the cast (at least 1% of them) where the value feeds `Log`,
-    `Reciprocal`, `Rsqrt`, `Sqrt`, `Pow` or the denominator of a division.
+    `Reciprocal`, `Rsqrt`, `Sqrt`, `Pow` or the denominator of a division. A warning at the
+    model's own point, info when only at a probe scale.
 
     ## Why is this bad?
     A zero that is harmless by itself becomes -inf, inf or NaN one op later: the loss or the

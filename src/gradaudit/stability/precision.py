@@ -236,7 +236,7 @@ def _activation_findings(causes: dict, target: str) -> list[Finding]:
                 f"{op.short} returns values up to {worst.largest:.3g} from inputs that fit {target}, beyond its "
                 f"largest finite value ({lim.largest:.6g}): inf in {target} at {where}", op=op,
                 fix=f"{op.op_type}: {FIX.get(op.op_type, FIX_OTHER)}.",
-                severity=None if own else Severity.WARNING))
+                severity=None if own else Severity.INFO))
         else:
             consumer = seen[0][2]
             found.append(rules.ActivationUnderflow.finding(

@@ -13,6 +13,8 @@ TARGETS = ("float16", "bfloat16")
 # A share of a source's nonzero gradient entries (or an op's nonzero outputs) below this is not a cause: a few
 # entries twelve orders of magnitude below the largest move nothing in training.
 LOST = 0.01
+# The loss scale is a float32 value (Keras keeps it in a float32 variable): at most 2**127.
+MAX_EXPONENT = 127
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -80,15 +82,15 @@ def settled_loss_scale(largest: float | None, target: str) -> float | None:
     """The power of two a dynamic loss scaler (Keras' LossScaleOptimizer: it starts at 2**15, halves the scale
     on a step with a non-finite gradient and doubles it after a run of finite steps) settles on when the largest
     gradient magnitude is `largest`: the largest power of two whose product with it still casts to a finite
-    value. None when there is no nonzero gradient."""
+    value (at most 2**127, float32's largest power of two). None when there is no nonzero gradient."""
     if not largest or not math.isfinite(largest):
         return None
     dtype = numpy_dtype(target)
-    k = math.floor(math.log2(limits(target).largest / largest))
+    k = min(MAX_EXPONENT, math.floor(math.log2(limits(target).largest / largest)))
     with np.errstate(over="ignore"):
         while not np.isfinite(np.asarray(largest * 2.0 ** k).astype(dtype)):
             k -= 1
-        while np.isfinite(np.asarray(largest * 2.0 ** (k + 1)).astype(dtype)):
+        while k < MAX_EXPONENT and np.isfinite(np.asarray(largest * 2.0 ** (k + 1)).astype(dtype)):
             k += 1
     return 2.0 ** k
 
