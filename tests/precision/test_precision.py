@@ -266,7 +266,7 @@ def test_exp_below_11_is_no_finding(tmp_path):
 def test_a_mixed_float16_model_says_so_in_the_default_report(tmp_path):
     mixed = keras_model("tanh_mlp", "mixed_float16")
     report = audit_saved_model(str(export(mixed, tmp_path)), AuditOptions(timeout=None, probe_scales=(1.0,)))
-    (note,) = [n for n in report.notes_of("precision")]
+    (note,) = report.notes_of("precision")
     assert note.startswith("The model computes in float16") and report.precision == []
     plain = keras_model("tanh_mlp")
     path = tmp_path / "plain"

@@ -128,7 +128,7 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome) -
                      **{v: dense(g) for (v, _), g in zip(variables, g_var)}}
             outcome.results.extend(_gradient_rows(grads, names, target, scale))
             for kind, row, consumer in _activation_causes(forensics.float_values(point), target, scale):
-                causes.setdefault((kind, row.op), []).append((scale, row, consumer))  # type: ignore[arg-type]
+                causes.setdefault((kind, row.op), []).append((scale, row, consumer))
                 outcome.results.append(row)
     finally:
         forensics.close()
