@@ -450,6 +450,9 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
             _guard("running the numeric checks", report,
                    lambda: _run_numeric_traced(report, traced, options, analysis))
             _guard("running the stability probes", report, lambda: _probe_traced(report, traced, options))
+        if options.precision:
+            report.incomplete.append(f"--precision {options.precision} did not run: it runs on SavedModels (audit "
+                                     "the folder model.export or tf.saved_model.save writes)")
         report.isolation = Isolation(None, None, None, None, (f"a {traced.kind} target runs in gradaudit's own "
                                                               "process: no sandbox, memory limit or time budget",))
     return _finish(report)

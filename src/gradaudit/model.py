@@ -211,12 +211,14 @@ class PrecisionResult:
     overflow: float  # fraction inf after the cast (above the largest finite value)
     largest: float | None = None  # largest magnitude among the entries
     smallest: float | None = None  # smallest nonzero magnitude
-    # gradients: the power of two a dynamic loss scaler settles on at this point (every source together), the
-    # fraction of this source's entries still zero at that scale, and whether that one scale brings every
-    # source's entries into range
+    # gradients: the power of two a dynamic loss scaler settles on at this point (every source together); the
+    # fraction of this source's entries still zero at that scale, and at the best scale for this source alone
+    # (entries over the dtype's dynamic range below its own largest: lost at any scale, and negligible beside
+    # it); whether the one scale keeps every source's entries that its own scale would keep (all but under 1%)
     loss_scale: float | None = None
     underflow_scaled: float | None = None
     one_scale: bool | None = None
+    underflow_own: float | None = None
     op: OpRef | None = None  # activations: the op
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,8 +226,9 @@ class PrecisionResult:
                 "entries": self.entries, "underflow": self.underflow, "subnormal": self.subnormal,
                 "overflow": self.overflow, "largest": self.largest, "smallest": self.smallest,
                 "loss_scale": self.loss_scale, "underflow_scaled": self.underflow_scaled,
-                "one_scale": self.one_scale, "op_type": self.op.op_type if self.op else None,
-                "op_name": self.op.op_name if self.op else None, "function": self.op.function if self.op else None}
+                "one_scale": self.one_scale, "underflow_own": self.underflow_own,
+                "op_type": self.op.op_type if self.op else None, "op_name": self.op.op_name if self.op else None,
+                "function": self.op.function if self.op else None}
 
 
 @dataclass(frozen=True)

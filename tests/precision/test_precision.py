@@ -144,6 +144,7 @@ def test_a_dynamic_range_wider_than_float16_has_no_single_loss_scale(tmp_path):
     assert f.code == "GA331" and set(f.sources) == {"a", "b"}
     scale = own["w"].loss_scale
     assert not own["w"].one_scale and own["w"].underflow_scaled == 0
+    assert own["a"].underflow_own == 0  # a scale for a alone would keep them: the shared scale loses them
     reference = _f32(k, c)
     scaled = float16_gradients(k, c, scale)
     for name in ("a", "b"):  # still zero in TensorFlow's float16 at the scale the largest gradient allows
@@ -272,6 +273,11 @@ def test_a_mixed_float16_model_says_so_in_the_default_report(tmp_path):
     path = tmp_path / "plain"
     plain.export(str(path), verbose=False)
     assert audit_saved_model(str(path), AuditOptions(timeout=None, probe_scales=(1.0,))).notes_of("precision") == []
+    # asked for float16, it checks what is left, and its float32 islands (the output layer) are its own choice
+    checked = audit_saved_model(str(export(mixed, tmp_path / "again")), AuditOptions(timeout=None, probe_scales=(1.0,),
+                                                                                  precision="float16"))
+    assert "cannot be told from exact zeros" in checked.notes_of("precision")[0]
+    assert precision_rules(checked) == [] and rows(checked)
 
 
 def test_precision_results_round_trip_through_the_json_report(tmp_path):
@@ -301,3 +307,70 @@ def test_the_command_line_runs_it_in_the_confined_child(tmp_path):
     doc = json.loads(out.read_text())
     assert [f["code"] for f in doc["findings"] if f["code"].startswith("GA33")] == ["GA330"]
     assert doc["precision"] and doc["isolation"]["time_budget_s"]
+
+
+def test_bfloat16_keeps_float32s_range_where_float16_flushes(tmp_path):
+    k = 1e-11
+    path = save_ratio(tmp_path, k)
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, x=X)
+    report = audit_saved_model(str(path), AuditOptions(timeout=None, precision="bfloat16", inputs_file=str(inputs)))
+    assert precision_rules(report) == []
+    own = rows(report)
+    assert all(r.dtype == "bfloat16" and r.underflow == 0 for r in own.values())
+    # TensorFlow's bfloat16: none of them is zero
+    module = Ratio(k, dtype=tf.bfloat16)
+    x = tf.constant(X)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(tf.constant(cotangent((2, 4)), tf.float32) * module.body(x))
+    g = tape.gradient(loss, {"x": x, "a": module.a, "b": module.b})
+    assert all(np.all(np.asarray(v) != 0) for v in g.values())
+
+
+class LogSigmoid(tf.Module):
+    """log(sigmoid(w x)): sigmoid(-20) = 2e-9 is zero in float16, and log(0) = -inf; the stable form is not."""
+
+    def __init__(self, stable: bool, dtype=tf.float32):
+        super().__init__()
+        self.stable, self.dtype = stable, dtype
+        self.w = tf.Variable(np.full(4, 20.0, np.float32), name="w")
+
+    def body(self, x):
+        z = tf.cast(x, self.dtype) * tf.cast(self.w, self.dtype)
+        return tf.math.log_sigmoid(z) if self.stable else tf.math.log(tf.sigmoid(z))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": tf.cast(self.body(x), tf.float32)}
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_an_activation_that_underflows_into_a_log_is_named(tmp_path, stable):
+    module = LogSigmoid(stable)
+    path = tmp_path / "model"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.__call__})
+    report = audit(path, tmp_path, probe_scales=(1.0,))
+    y16 = np.asarray(LogSigmoid(stable, tf.float16).body(tf.constant(X)), np.float64)
+    if stable:
+        # (its gradients of saturated entries, 4e-8 and below, need a loss scale: gradient-underflow)
+        assert "activation-underflow" not in precision_rules(report) and np.all(np.isfinite(y16))
+        return
+    (f,) = [f for f in report.findings if f.rule == "activation-underflow"]
+    assert f.code == "GA334" and f.severity.value == "warning" and f.op.op_type == "Sigmoid"
+    assert "Log 'Log'" in f.message or "feeds Log" in f.message
+    (row,) = [r for r in report.precision if r.kind == "activation" and r.scale is None and r.op == f.op]
+    # TensorFlow's float16: -inf exactly where sigmoid's output flushed to zero
+    assert np.mean(np.isinf(y16)) == row.underflow > 0
+
+
+def test_a_python_target_says_precision_did_not_run():
+    from gradaudit import audit as run
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def f(x):
+        return tf.tanh(x)
+
+    report = run(f, timeout=None, precision="float16", probe_scales=(1.0,))
+    assert report.precision == [] and any(line.startswith("--precision float16 did not run") for line in
+                                          report.incomplete)

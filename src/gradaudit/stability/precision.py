@@ -79,14 +79,15 @@ def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutc
     if target is None:
         return outcome
     try:
-        _measure(loads, analysis, options, target, outcome)
+        _measure(loads, analysis, options, target, outcome, islands=bool(own and own[0] == target))
     except ModelError as exc:
         outcome.notes.append(f"Precision check ({target}) not run: the loaded model cannot be "
                              f"{'differentiated' if exc.stage == 'gradient' else 'run'}: {exc}")
     return outcome
 
 
-def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome) -> None:
+def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, islands: bool) -> None:
+    """`islands`: the model computes in `target` already, so its float32 ops are the islands it chose."""
     from ..numeric.domains import infer
     from ..numeric.inputs import InputError, synthesise
     from ..numeric.runner import Runner, signature_variables
@@ -127,7 +128,7 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome) -
             grads = {**{k: dense(g) for k, g in g_in.items()},
                      **{v: dense(g) for (v, _), g in zip(variables, g_var)}}
             outcome.results.extend(_gradient_rows(grads, names, target, scale))
-            for kind, row, consumer in _activation_causes(forensics.float_values(point), target, scale):
+            for kind, row, consumer in _activation_causes(forensics.float_values(point), target, scale, islands):
                 causes.setdefault((kind, row.op), []).append((scale, row, consumer))
                 outcome.results.append(row)
     finally:
@@ -145,10 +146,20 @@ def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target
     classes = {s: classify(grads[s], target) for s in names if grads.get(s) is not None}
     largest = max((c.largest for c in classes.values() if c.largest is not None), default=None)
     loss_scale = settled_loss_scale(largest, target)
-    at_scale = {s: classify(grads[s], target, loss_scale).underflow if loss_scale else None for s in classes}
-    one = None if loss_scale is None else all(not v for v in at_scale.values())
+
+    def zero_at(s: str, factor: float | None) -> float | None:
+        return classify(grads[s], target, factor).underflow if factor else None
+
+    shared = {s: zero_at(s, loss_scale) for s in classes}
+    alone = {s: zero_at(s, settled_loss_scale(c.largest, target)) for s, c in classes.items()}
+    one = None if loss_scale is None else not any(_only_shared(shared[s], alone[s]) >= LOST for s in classes)
     return [PrecisionResult("gradient", s, target, scale, c.entries, c.underflow, c.subnormal, c.overflow,
-                            c.largest, c.smallest, loss_scale, at_scale[s], one) for s, c in classes.items()]
+                            c.largest, c.smallest, loss_scale, shared[s], one, alone[s]) for s, c in classes.items()]
+
+
+def _only_shared(shared: float | None, alone: float | None) -> float:
+    """The fraction of a source's entries zero at the shared loss scale that its own scale would keep."""
+    return max(0.0, (shared or 0.0) - (alone or 0.0))
 
 
 def _fits(values: list, target: str) -> bool:
@@ -157,12 +168,13 @@ def _fits(values: list, target: str) -> bool:
                for v in values)
 
 
-def _activation_causes(ops, target: str, scale: float | None):
+def _activation_causes(ops, target: str, scale: float | None, islands: bool):
     """(kind, row, consumer) for each op that makes an overflow ("overflow": its float inputs fit the dtype,
     its output does not) or an underflow that a log, division or root turns into a non-finite value
-    ("underflow", with that consumer's label)."""
+    ("underflow", with that consumer's label). With `islands`, ops computing in float32 or float64 are left
+    out: the model computes in the target dtype and keeps those in float32 on purpose."""
     for ref, op, ins, outs in ops:
-        if op.type in NOT_COMPUTED:
+        if op.type in NOT_COMPUTED or (islands and all(t.dtype.size >= 4 for t in op.outputs if t.dtype.is_floating)):
             continue
         tensors = [t for t in op.outputs if t.dtype.is_floating]
         for t, value in zip(tensors, outs):
@@ -193,10 +205,12 @@ def _pct(x: float) -> str:
 def _gradient_findings(rows: list[PrecisionResult], target: str) -> list[Finding]:
     lim = limits(target)
     found: list[Finding] = []
-    lost = [r for r in rows if r.underflow >= LOST]
     scale = rows[0].loss_scale if rows else None
-    rescued = [r for r in lost if scale is not None and (r.underflow_scaled or 0) < LOST]
-    still = [r for r in rows if scale is not None and (r.underflow_scaled or 0) >= LOST]
+    # entries zero at loss scale 1 that the shared scale keeps; entries zero at the shared scale that the
+    # source's own scale would keep (entries lost at every scale are over the dtype's range below their own
+    # source's largest: negligible beside it, not a cause)
+    rescued = [r for r in rows if scale is not None and r.underflow - (r.underflow_scaled or 0) >= LOST]
+    still = [r for r in rows if scale is not None and _only_shared(r.underflow_scaled, r.underflow_own) >= LOST]
     if rescued:
         found.append(rules.GradientUnderflow.finding(
             f"In {target}, gradient entries flush to zero (below {lim.smallest_subnormal:.3g} after the cast) at "
@@ -206,13 +220,14 @@ def _gradient_findings(rows: list[PrecisionResult], target: str) -> list[Finding
               f"{max(r.largest or 0 for r in rows):.3g}), where they are in range",
             sources=[r.name for r in rescued]))
     if still:
-        widest = max((r.largest or 0) for r in rows) / min(r.smallest or np.inf for r in still)
+        widest = max((r.largest or 0) for r in rows) / min(r.largest or np.inf for r in still)
         found.append(rules.GradientRange.finding(
             f"No single loss scale serves every source in {target}: at {power_of_two(scale)}, the largest the "  # type: ignore[arg-type]
             f"gradients allow (largest |g| {max(r.largest or 0 for r in rows):.3g}), gradient entries still flush "
-            f"to zero: " + ", ".join(f"{r.name} {_pct(r.underflow_scaled or 0)} (smallest nonzero |g| "
-                                     f"{r.smallest:.3g})" for r in still)
-            + f"; the gradients span {widest:.3g}, {target} {lim.dynamic_range:.3g}",
+            f"to zero that a scale for their source alone would keep: "
+            + ", ".join(f"{r.name} {_pct(_only_shared(r.underflow_scaled, r.underflow_own))} (largest |g| "
+                        f"{r.largest:.3g})" for r in still)
+            + f"; the sources' largest gradients are {widest:.3g} apart",
             sources=[r.name for r in still]))
     over = [r for r in rows if r.overflow]
     if over:
