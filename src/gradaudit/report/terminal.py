@@ -168,9 +168,9 @@ def _precision_table(report: Report) -> RenderableType:
         table.add_row(Text(name), *row)
     own = next((p for p in rows if p.scale is None), None)
     if own is not None and own.loss_scale:
-        table.caption = (f"loss scale a dynamic loss scaler settles on at the own point: "
-                         f"2**{round(math.log2(own.loss_scale))} ({'every' if own.one_scale else 'not every'} "
-                         "source's entries in range there)")
+        table.caption = (f"own point: the model's synthesised or --inputs point; a dynamic loss scale settles on "
+                         f"2**{round(math.log2(own.loss_scale))} there, which "
+                         f"{'keeps' if own.one_scale else 'does not keep'} every source's entries in range")
         table.caption_justify = "left"
     return table
 
