@@ -599,6 +599,7 @@ def _run_precision(report: _Draft, analysis, options: AuditOptions, loads) -> No
     report.precision.extend(outcome.results)
     report.findings.extend(outcome.findings)
     report.note("precision", outcome.notes)
+    report.incomplete.extend(outcome.incomplete)
 
 
 def signature_keys(path: str, tags: tuple[str, ...] = ("serve",)) -> list[str]:

@@ -374,3 +374,26 @@ def test_a_python_target_says_precision_did_not_run():
     report = run(f, timeout=None, precision="float16", probe_scales=(1.0,))
     assert report.precision == [] and any(line.startswith("--precision float16 did not run") for line in
                                           report.incomplete)
+
+
+class Loop(tf.Module):
+    """A While loop: TensorFlow cannot run the frozen copy of its graph the forward side reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(np.full(4, 0.5, np.float32), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        _, y = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * self.w + 1.0), (tf.constant(0), x))
+        return {"y": y}
+
+
+def test_what_cannot_be_checked_makes_the_audit_incomplete_and_the_gradients_are_still_judged(tmp_path):
+    module = Loop()
+    path = tmp_path / "model"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.__call__})
+    report = audit(path, tmp_path, probe_scales=(1.0,))
+    (line,) = [line for line in report.incomplete if line.startswith("--precision float16")]
+    assert "ops' outputs were not checked" in line and report.verdict() == "incomplete"
+    assert set(rows(report)) == {"x", "w"} and not report.notes_of("precision")

@@ -44,6 +44,7 @@ class PrecisionOutcome:
     results: list[PrecisionResult] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)  # what was asked and could not be checked, and why
 
 
 def compute_dtype(analysis) -> tuple[str, int] | None:
@@ -81,8 +82,8 @@ def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutc
     try:
         _measure(loads, analysis, options, target, outcome, islands=bool(own and own[0] == target))
     except ModelError as exc:
-        outcome.notes.append(f"Precision check ({target}) not run: the loaded model cannot be "
-                             f"{'differentiated' if exc.stage == 'gradient' else 'run'}: {exc}")
+        outcome.incomplete.append(f"--precision {target} did not run: the loaded model cannot be "
+                                  f"{'differentiated' if exc.stage == 'gradient' else 'run'}: {exc}")
     return outcome
 
 
@@ -128,16 +129,31 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
             grads = {**{k: dense(g) for k, g in g_in.items()},
                      **{v: dense(g) for (v, _), g in zip(variables, g_var)}}
             outcome.results.extend(_gradient_rows(grads, names, target, scale))
-            for kind, row, consumer in _activation_causes(forensics.float_values(point), target, scale, islands):
-                causes.setdefault((kind, row.op), []).append((scale, row, consumer))
-                outcome.results.append(row)
+            if not outcome.incomplete:
+                values = _activations(forensics, point, target, outcome)
+                for kind, row, consumer in _activation_causes(values, target, scale, islands):
+                    causes.setdefault((kind, row.op), []).append((scale, row, consumer))
+                    outcome.results.append(row)
     finally:
         forensics.close()
     base_rows = [r for r in outcome.results if r.kind == "gradient" and r.scale is None]
     outcome.findings.extend(_gradient_findings(base_rows, target))
     outcome.findings.extend(_activation_findings(causes, target))
-    if not outcome.findings:
+    if not outcome.findings and not outcome.incomplete:
         outcome.notes.append(_all_fit(base_rows, target, kept))
+
+
+def _activations(forensics, point: dict[str, np.ndarray], target: str, outcome: PrecisionOutcome) -> list:
+    """Every op's float values at `point` from the frozen graph; none (and the audit incomplete, saying why) when
+    TensorFlow cannot freeze or run it: the gradients are still judged."""
+    from ..numeric.runner import describe
+
+    try:
+        return forensics.float_values(point)
+    except Exception as exc:  # noqa: BLE001 - the forward side is checked on a frozen copy TensorFlow may refuse
+        outcome.incomplete.append(f"--precision {target}: the ops' outputs were not checked: TensorFlow could not "
+                                  f"run a frozen copy of the graph ({describe(exc)})")
+        return []
 
 
 def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target: str,
