@@ -397,3 +397,21 @@ def test_what_cannot_be_checked_makes_the_audit_incomplete_and_the_gradients_are
     (line,) = [line for line in report.incomplete if line.startswith("--precision float16")]
     assert "ops' outputs were not checked" in line and report.verdict() == "incomplete"
     assert set(rows(report)) == {"x", "w"} and not report.notes_of("precision")
+
+
+def test_gradients_beyond_65504_overflow_and_the_scaler_falls_below_1(tmp_path):
+    k = 1e3  # gradients k·u·x/b up to about 1e6
+    report = audit(save_ratio(tmp_path, k), tmp_path, probe_scales=(1.0,))
+    own = rows(report)
+    (f,) = [f for f in report.findings if f.rule == "gradient-overflow"]
+    assert f.code == "GA332" and "a" in f.sources
+    scale = own["a"].loss_scale
+    assert scale < 1 and own["a"].overflow > 0
+    reference = _f32(k, 0.0)
+    with np.errstate(invalid="ignore"):
+        at_one = float16_gradients(k, 0.0, 1.0)
+        at_scale = float16_gradients(k, 0.0, scale)
+    for name, r in own.items():  # TensorFlow's float16: inf in the share gradaudit says; finite at its scale
+        assert np.mean(~np.isfinite(at_one[name])) == r.overflow, name
+        assert np.all(np.isfinite(at_scale[name])), name
+        np.testing.assert_allclose(at_scale[name], reference[name], rtol=1e-2)
