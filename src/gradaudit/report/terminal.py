@@ -148,7 +148,8 @@ def _stability_table(report: Report) -> RenderableType:
 
 
 def _precision_table(report: Report) -> RenderableType:
-    """--precision: per source, the share of gradient entries zero (or inf) after the cast, at each point."""
+    """--precision: per source, the share of gradient entries zero (or inf) after the cast, at each point; with
+    more than MAX_ROWS sources, those fine at every point are counted, not listed."""
     rows = [p for p in report.precision if p.kind == "gradient"]
     dtype = rows[0].dtype if rows else report.precision[0].dtype
     points = list(dict.fromkeys(p.scale for p in rows))
@@ -158,19 +159,24 @@ def _precision_table(report: Report) -> RenderableType:
     for sc in points:
         table.add_column("own point" if sc is None else f"{sc:g}")
     cells = {(p.name, p.scale): p for p in rows}
-    for name in dict.fromkeys(p.name for p in rows):
-        row = []
-        for sc in points:
-            p = cells.get((name, sc))
-            bad = [] if p is None else [f"{k} {100 * v:.3g}%" for k, v in (("zero", p.underflow), ("inf", p.overflow))
-                                         if v]
-            row.append(Text(", ".join(bad), style="yellow") if bad else Text("" if p is None else "ok", style="green"))
-        table.add_row(Text(name), *row)
+    names = list(dict.fromkeys(p.name for p in rows))
+    hidden = 0
+    for name in names:
+        found = [cells.get((name, sc)) for sc in points]
+        shown = [[] if p is None else [f"{k} {100 * v:.3g}%" for k, v in (("zero", p.underflow), ("inf", p.overflow))
+                                       if v] for p in found]
+        if len(names) > MAX_ROWS and not any(shown):
+            hidden += 1
+            continue
+        table.add_row(Text(name), *(Text(", ".join(bad), style="yellow") if bad else
+                                    Text("" if p is None else "ok", style="green") for p, bad in zip(found, shown)))
+    if hidden:
+        table.add_row(Text(f"{hidden} more source(s)", style="dim"), *(Text("ok", style="dim") for _ in points))
     own = next((p for p in rows if p.scale is None), None)
     if own is not None and own.loss_scale:
         table.caption = (f"own point: the model's synthesised or --inputs point; a dynamic loss scale settles on "
                          f"2**{round(math.log2(own.loss_scale))} there, which "
-                         f"{'keeps' if own.one_scale else 'does not keep'} every source's entries in range")
+                         f"{'serves' if own.one_scale else 'cannot serve'} every source at once")
         table.caption_justify = "left"
     return table
 
