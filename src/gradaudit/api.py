@@ -40,6 +40,7 @@ class AuditOptions:
     # Python packages to import or shared libraries to load (tf.load_op_library) before the audit, so that
     # their custom ops and gradients are known
     load_ops: tuple[str, ...] = ()
+    precision: str | None = None  # float16 or bfloat16: how the gradients and activations fare in it; None: not
 
 
 @dataclass
@@ -61,6 +62,7 @@ class _Draft:
     incomplete: list = field(default_factory=list)
     isolation: Isolation | None = None
     inputs_given: bool = False  # --inputs gave the checked point: no hint to give it
+    precision: list = field(default_factory=list)
 
     def note(self, stage: str, lines) -> None:
         """Notes of one stage (static, numeric, stability), each once."""
@@ -288,6 +290,7 @@ def _execute(report: _Draft, analysis, path: str, options: AuditOptions, key: st
                    lambda: _run_numeric(report, path, options, key, analysis, loads))
             _guard("running the stability probes", report,
                    lambda: _run_stability(report, analysis, path, options, key, loads))
+            _guard("checking precision", report, lambda: _run_precision(report, analysis, options, loads))
     finally:
         loads.close()
 
@@ -459,6 +462,9 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
             _guard("running the numeric checks", report,
                    lambda: _run_numeric_traced(report, traced, options, analysis))
             _guard("running the stability probes", report, lambda: _probe_traced(report, traced, options))
+        if options.precision:
+            report.incomplete.append(f"--precision {options.precision} did not run: it runs on SavedModels (audit "
+                                     "the folder model.export or tf.saved_model.save writes)")
         report.isolation = Isolation(None, None, None, None, (f"a {traced.kind} target runs in gradaudit's own "
                                                               "process: no sandbox, memory limit or time budget",))
     return _finish(report)
@@ -596,6 +602,18 @@ def _run_stability(report: _Draft, analysis, path: str, options: AuditOptions, k
     report.numeric.extend(outcome.numeric)
     report.findings[:] = outcome.confirm(report.findings) + _not_yet_reported(report, outcome.findings)
     _add_stability_notes(report, outcome)
+
+
+def _run_precision(report: _Draft, analysis, options: AuditOptions, loads) -> None:
+    from .stability.precision import run_precision
+
+    if options.precision:
+        say(f"precision: {options.precision}")
+    outcome = run_precision(loads, analysis, _stability_options(options), options.precision)
+    report.precision.extend(outcome.results)
+    report.findings.extend(outcome.findings)
+    report.note("precision", outcome.notes)
+    report.incomplete.extend(outcome.incomplete)
 
 
 def signature_keys(model) -> list[str]:

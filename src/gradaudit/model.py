@@ -207,6 +207,41 @@ class StabilityResult:
 
 
 @dataclass(frozen=True)
+class PrecisionResult:
+    """What casting to a lower precision (`--precision`) does to one source's gradient (`kind` "gradient") or
+    one op's output (`kind` "activation") at one point: fractions of its nonzero finite entries."""
+
+    kind: str  # "gradient" | "activation"
+    name: str  # the source; for an activation, the op as `Type 'name'`
+    dtype: str  # the target precision: "float16" | "bfloat16"
+    scale: float | None  # the stability probe scale of the point; None: the synthesised (or --inputs) point
+    entries: int  # nonzero finite entries in the model's own precision
+    underflow: float  # fraction zero after the cast (below about half the smallest subnormal)
+    subnormal: float  # fraction subnormal after the cast (precision lost)
+    overflow: float  # fraction inf after the cast (above the largest finite value)
+    largest: float | None = None  # largest magnitude among the entries
+    smallest: float | None = None  # smallest nonzero magnitude
+    # gradients: the power of two a dynamic loss scaler settles on at this point (every source together); the
+    # fraction of this source's entries still zero at that scale, and at the best scale for this source alone
+    # (entries over the dtype's dynamic range below its own largest: lost at any scale, and negligible beside
+    # it); whether the one scale keeps every source's entries that its own scale would keep (all but under 1%)
+    loss_scale: float | None = None
+    underflow_scaled: float | None = None
+    one_scale: bool | None = None
+    underflow_own: float | None = None
+    op: OpRef | None = None  # activations: the op
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "dtype": self.dtype, "scale": self.scale,
+                "entries": self.entries, "underflow": self.underflow, "subnormal": self.subnormal,
+                "overflow": self.overflow, "largest": self.largest, "smallest": self.smallest,
+                "loss_scale": self.loss_scale, "underflow_scaled": self.underflow_scaled,
+                "one_scale": self.one_scale, "underflow_own": self.underflow_own,
+                "op_type": self.op.op_type if self.op else None, "op_name": self.op.op_name if self.op else None,
+                "function": self.op.function if self.op else None}
+
+
+@dataclass(frozen=True)
 class PathStep:
     """One op on a blocked pair's path; `skipped` ops of a long path are left out just before it."""
 
@@ -290,6 +325,8 @@ class Report:
     isolation: Isolation | None = None  # how the part that ran the model was confined; None: nothing ran
     # the stage that wrote each note ("static", "numeric", "stability"; "" unknown), in the notes' order
     note_stages: list[str] = field(default_factory=list)
+    # --precision: how the gradients and activations fare in float16 or bfloat16 (empty without it)
+    precision: list[PrecisionResult] = field(default_factory=list)
 
     def notes_of(self, stage: str) -> list[str]:
         return [n for n, s in zip(self.notes, self.note_stages) if s == stage]

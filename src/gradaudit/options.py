@@ -177,6 +177,9 @@ audit = _declare(
                  help="2: also check second derivatives (Hessian-vector products)."),
     click.option("--probe-scales", metavar="S0,S1,...", callback=_probe_scales, default=None,
                  help="Input scales of the stability probes (default: 0,1e-30,1e-20,1e-10,1e-3,1,1e2,1e4)."),
+    click.option("--precision", type=click.Choice(("float16", "bfloat16")), default=None,
+                 help="Also check whether the model would train in this precision: gradients that flush to zero "
+                      "or overflow, the loss scale a dynamic loss scaler settles on, ops whose outputs overflow."),
     click.option("--input-spec", "input_specs", multiple=True, metavar="NAME=DTYPE[D0,...]",
                  help="Input of a Python function traced without an input_signature, e.g. x=float32[None,4]."),
     click.option("--allow-unsafe-ops", is_flag=True,
@@ -232,6 +235,7 @@ class AuditRun:
     inputs_file: str | None
     order: int
     probe_scales: tuple[float, ...] | None
+    precision: str | None
     input_specs: tuple[str, ...]
     allow_unsafe_ops: bool
     timeout: float

@@ -17,6 +17,7 @@ from ..model import (
     OpRef,
     Output,
     PathStep,
+    PrecisionResult,
     Report,
     Severity,
     Source,
@@ -80,6 +81,11 @@ def _isolation(d: dict[str, Any] | None) -> Isolation | None:
                      tuple(d.get("missing", ())), d.get("file_size_limit_bytes"))
 
 
+def _precision(d: dict[str, Any]) -> PrecisionResult:
+    names = {f.name for f in fields(PrecisionResult)} - {"op"}
+    return PrecisionResult(**{k: v for k, v in d.items() if k in names}, op=_op(d))
+
+
 def report_from_dict(d: dict[str, Any]) -> Report:
     t = d["target"]
     return Report(
@@ -91,6 +97,7 @@ def report_from_dict(d: dict[str, Any]) -> Report:
         findings=[_finding(f) for f in d["findings"]],
         numeric=[_plain(NumericResult, n) for n in d["numeric"]],
         stability=[_plain(StabilityResult, s) for s in d["stability"]],
+        precision=[_precision(p) for p in d.get("precision", ())],
         notes=list(d.get("notes", ())),
         note_stages=list(d.get("note_stages", ())),
         seed=d.get("seed"),

@@ -41,6 +41,7 @@ def to_dict(report: Report, fail_on: str = "error") -> dict[str, Any]:
         "findings": [f.to_dict() for f in report.findings],
         "numeric": [n.to_dict() for n in report.numeric],
         "stability": [s.to_dict() for s in report.stability],
+        "precision": [p.to_dict() for p in report.precision],
         "notes": list(report.notes),
         "note_stages": [*report.note_stages, *[""] * (len(report.notes) - len(report.note_stages))],
         "incomplete": list(report.incomplete),

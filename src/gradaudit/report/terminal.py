@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import os
 import sys
 from collections import Counter
@@ -146,6 +147,40 @@ def _stability_table(report: Report) -> RenderableType:
     return table
 
 
+def _precision_table(report: Report) -> RenderableType:
+    """--precision: per source, the share of gradient entries zero (or inf) after the cast, at each point; with
+    more than MAX_ROWS sources, those fine at every point are counted, not listed."""
+    rows = [p for p in report.precision if p.kind == "gradient"]
+    dtype = rows[0].dtype if rows else report.precision[0].dtype
+    points = list(dict.fromkeys(p.scale for p in rows))
+    table = Table(title=f"Precision {dtype}: gradient entries zero or inf after the cast (columns: input scale)",
+                  title_justify="left")
+    table.add_column("source")
+    for sc in points:
+        table.add_column("own point" if sc is None else f"{sc:g}")
+    cells = {(p.name, p.scale): p for p in rows}
+    names = list(dict.fromkeys(p.name for p in rows))
+    hidden = 0
+    for name in names:
+        found = [cells.get((name, sc)) for sc in points]
+        shown = [[] if p is None else [f"{k} {100 * v:.3g}%" for k, v in (("zero", p.underflow), ("inf", p.overflow))
+                                       if v] for p in found]
+        if len(names) > MAX_ROWS and not any(shown):
+            hidden += 1
+            continue
+        table.add_row(Text(name), *(Text(", ".join(bad), style="yellow") if bad else
+                                    Text("" if p is None else "ok", style="green") for p, bad in zip(found, shown)))
+    if hidden:
+        table.add_row(Text(f"{hidden} more source(s)", style="dim"), *(Text("ok", style="dim") for _ in points))
+    own = next((p for p in rows if p.scale is None), None)
+    if own is not None and own.loss_scale:
+        table.caption = (f"own point: the model's synthesised or --inputs point; a dynamic loss scale settles on "
+                         f"2**{round(math.log2(own.loss_scale))} there, which "
+                         f"{'serves' if own.one_scale else 'cannot serve'} every source at once")
+        table.caption_justify = "left"
+    return table
+
+
 def renderables(report: Report, fail_on: str = "error") -> list[RenderableType]:
     report = visible(report)  # no escape sequence from the model reaches the terminal
     t = report.target
@@ -164,6 +199,8 @@ def renderables(report: Report, fail_on: str = "error") -> list[RenderableType]:
         parts.append(_numeric_table(report))
     if report.stability:
         parts.append(_stability_table(report))
+    if report.precision:
+        parts.append(_precision_table(report))
     for note in report.notes:
         parts.append(Text("note: " + note, style="yellow"))
     if report.isolation and report.isolation.missing:  # what confined the model is said when something did not

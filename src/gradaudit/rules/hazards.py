@@ -290,9 +290,170 @@ SecondOrderUnavailable = define(
 )
 
 
+GradientUnderflow = define(
+    "GA330", "gradient-underflow", Severity.WARNING, probes=True,
+    fix="Train with a loss scale: keras.mixed_precision.LossScaleOptimizer(optimizer) (Keras wraps the "
+        "optimizer in one when the dtype policy is mixed_float16), or multiply the loss by the scale named "
+        "and divide the gradients by it.",
+    doc="""Gradients that flush to zero in the `--precision` dtype without a loss scale.
+
+    ## What it does
+    Casts each source's gradient (at the synthesised or `--inputs` point, for a random
+    cotangent of unit scale on the outputs) to float16 or bfloat16 and reports the sources
+    of which at least 1% of the nonzero entries become zero: below about half of the dtype's
+    smallest subnormal (2**-25 ≈ 3e-8 in float16). It names the loss scale a dynamic loss
+    scaler settles on and says that it brings those entries back into range.
+
+    ## Why is this bad?
+    A gradient entry that is zero never moves its weight: training in float16 without loss
+    scaling silently freezes those weights, while the same model trains in float32.
+
+    ## Example
+    ```python
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    with tf.GradientTape() as tape:   # a custom training loop without loss scaling
+        loss = 1e-4 * tf.reduce_mean(model(x) ** 2)
+    grads = tape.gradient(loss, model.trainable_variables)   # float16 backward: zeros
+    ```
+
+    ## Use instead
+    ```python
+    opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())
+    with tf.GradientTape() as tape:
+        loss = 1e-4 * tf.reduce_mean(model(x) ** 2)
+        scaled = opt.scale_loss(loss)
+    grads = tape.gradient(scaled, model.trainable_variables)
+    opt.apply(grads, model.trainable_variables)   # unscales, skips non-finite steps
+    ```
+    """,
+)
+
+
+GradientRange = define(
+    "GA331", "gradient-range", Severity.ERROR, probes=True,
+    fix="Keep the layers whose gradients are tiny (or huge) in float32 (dtype='float32' on those layers under "
+        "the mixed_float16 policy), train in bfloat16 (float32's exponent range), or rescale the model so "
+        "its gradients are of similar size (normalise inputs and activations).",
+    doc="""No single loss scale brings every gradient into the `--precision` dtype's range.
+
+    ## What it does
+    Takes the loss scale a dynamic loss scaler settles on (the largest power of two for
+    which no scaled gradient overflows) and reports the sources of which at least 1% of the
+    nonzero gradient entries are still zero after the cast at that scale: the gradients
+    span a dynamic range wider than the dtype's (about 1.1e12 in float16).
+
+    ## Why is this bad?
+    The loss scaler cannot raise the scale without overflowing the largest gradients (a
+    skipped step each time), so the smallest stay zero: those weights never train.
+
+    ## Example
+    ```python
+    y = dense_big(x) + 1e-9 * dense_small(x)   # gradients 1 and 1e-13 in one loss
+    ```
+
+    ## Use instead
+    ```python
+    small = keras.layers.Dense(4, dtype="float32")   # a float32 island
+    y = dense_big(x) + tf.cast(1e-9 * small(x), y_dtype)
+    ```
+    """,
+)
+
+
+GradientOverflow = define(
+    "GA332", "gradient-overflow", Severity.WARNING, probes=True,
+    fix="Scale the loss down (a mean instead of a sum over many terms), normalise the inputs, or keep the "
+        "layer in float32 (dtype='float32' under the mixed_float16 policy).",
+    doc="""Gradients that overflow in the `--precision` dtype even at loss scale 1.
+
+    ## What it does
+    Reports the sources with gradient entries above the dtype's largest finite value
+    (65504 in float16) at the synthesised or `--inputs` point, and the loss scale below 1
+    a dynamic loss scaler would have to fall to.
+
+    ## Why is this bad?
+    Every step overflows until the scaler has halved its scale below 1, which pushes the
+    small gradients further towards zero; without a scaler the gradient is inf.
+
+    ## Example
+    ```python
+    loss = tf.reduce_sum(model(x) ** 2)   # a sum over a large batch and many outputs
+    ```
+
+    ## Use instead
+    ```python
+    loss = tf.reduce_mean(model(x) ** 2)
+    ```
+    """,
+)
+
+
+ActivationOverflow = define(
+    "GA333", "activation-overflow", Severity.ERROR, probes=True,
+    fix="Compute the op in float32: a layer with dtype='float32' under the mixed_float16 policy (a float32 "
+        "island), or a stable form (tf.nn.softmax, tf.math.reduce_logsumexp, tf.math.softplus instead of exp; "
+        "a mean instead of a sum), or a smaller input scale.",
+    doc="""An op's output overflows in the `--precision` dtype at the model's own activations.
+
+    ## What it does
+    Runs the model's graph (variables frozen, calls inlined) at the synthesised or `--inputs`
+    point and over the stability probe ladder, and names each op whose float inputs fit the
+    dtype while its output does not (float16: `exp` beyond about 11, squares beyond about
+    256, sums of many large terms). An error at the model's own point; info when it happens
+    only at a probe scale (the ladder goes far beyond the activations float16 models train at).
+
+    ## Why is this bad?
+    In float16 the op returns inf: the loss is inf or NaN and a loss scaler skips every step,
+    while the same model trains in float32.
+
+    ## Example
+    ```python
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    y = tf.exp(keras.layers.Dense(4)(x))   # exp(12) = 162754 > 65504
+    ```
+
+    ## Use instead
+    ```python
+    y = keras.layers.Activation("exponential", dtype="float32")(keras.layers.Dense(4)(x))
+    ```
+    """,
+)
+
+
+ActivationUnderflow = define(
+    "GA334", "activation-underflow", Severity.WARNING, probes=True,
+    fix="Compute the op and its consumer in float32 (a layer with dtype='float32' under the mixed_float16 "
+        "policy), add an epsilon the dtype can represent (1e-4 in float16, not 1e-8), or use a stable form "
+        "(tf.math.log_sigmoid, tf.nn.log_softmax).",
+    doc="""An op's output underflows to zero in the `--precision` dtype and feeds a log, a division or a root.
+
+    ## What it does
+    At the model's own activations and over the probe ladder, names the ops whose nonzero
+    outputs become zero after the cast (at least 1% of them) where the value feeds `Log`,
+    `Reciprocal`, `Rsqrt`, `Sqrt`, `Pow` or the denominator of a division. A warning at the
+    model's own point, info when only at a probe scale.
+
+    ## Why is this bad?
+    A zero that is harmless by itself becomes -inf, inf or NaN one op later: the loss or the
+    gradient is not finite in float16 while it is in float32.
+
+    ## Example
+    ```python
+    y = tf.math.log(tf.sigmoid(x) + 1e-8)   # 1e-8 is 0 in float16
+    ```
+
+    ## Use instead
+    ```python
+    y = tf.math.log_sigmoid(x)
+    ```
+    """,
+)
+
+
 RULES: tuple[Rule, ...] = (
     Log1pExp, LogSigmoid, LogSoftmax, SqrtAtZero, WhereNan, SquaredDenominator,
     UnstableGradient, NonfiniteForward, SecondOrderMismatch, SecondOrderUnavailable,
+    GradientUnderflow, GradientRange, GradientOverflow, ActivationOverflow, ActivationUnderflow,
 )
 
 

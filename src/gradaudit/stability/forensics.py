@@ -207,6 +207,16 @@ class Forensics:
             self._build()
         return self._first_overflow_of(lambda tensors: self._run(tensors, feed))
 
+    def float_values(self, feed: dict[str, np.ndarray]) -> list[tuple[OpRef, Any, list, list]]:
+        """Every op of the forward pass in the order it runs, as (its OpRef, the op, the values of its float
+        inputs, the values of its float outputs) at `feed`: what --precision casts to a lower precision."""
+        if self._graph is None:
+            self._build()
+        tensors = self._float_tensors()
+        values = dict(zip((t.name for t in tensors), self._run(tensors, feed)))
+        return [(self._ref(op), op, [values[t.name] for t in op.inputs if t.name in values],
+                 [values[t.name] for t in op.outputs if t.name in values]) for op in self._ops]
+
     def _first_overflow_of(self, run) -> Culprit | None:
         """The first op of the forward pass that returned a non-finite value from finite inputs, every float
         tensor of the graph fetched with `run`."""

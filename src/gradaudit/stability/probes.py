@@ -97,6 +97,18 @@ def dense(g) -> np.ndarray | None:
     return np.asarray(g, dtype=np.float64)
 
 
+def scaled_point(base: dict[str, np.ndarray], config: tuple[str, ...], scale: float, sign: int
+                 ) -> dict[str, np.ndarray]:
+    """`base` with each input of `config` normalised to a largest magnitude of 1 and multiplied by sign × scale."""
+    p = dict(base)
+    for n in config:
+        x = np.asarray(base[n], dtype=np.float64)
+        m = float(np.max(np.abs(x))) if x.size else 0.0
+        unit = x / m if m > 0 else np.ones_like(x)
+        p[n] = (sign * scale * unit).astype(base[n].dtype)
+    return p
+
+
 def valid_scales(scales, dtypes) -> tuple[list[float], list[float]]:
     """(scales every dtype represents, scales skipped): beyond the largest finite value, or below the
     smallest subnormal, the scaled input is not the scale asked for."""
@@ -240,13 +252,7 @@ class Prober:
             return None
 
     def point(self, config: tuple[str, ...], scale: float, sign: int) -> dict[str, np.ndarray]:
-        p = dict(self.base)
-        for n in config:
-            x = np.asarray(self.base[n], dtype=np.float64)
-            m = float(np.max(np.abs(x))) if x.size else 0.0
-            unit = x / m if m > 0 else np.ones_like(x)
-            p[n] = (sign * scale * unit).astype(self.base[n].dtype)
-        return p
+        return scaled_point(self.base, config, scale, sign)
 
     def culprit(self, key: tuple, find, on_path: tuple = ()) -> Culprit | None:
         """The op `find()` locates; when forensics fails, the one op on the gradient path (`on_path`: the

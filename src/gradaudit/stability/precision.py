@@ -1,0 +1,290 @@
+"""--precision float16|bfloat16: will the model train in a lower precision? The gradients of every source and
+the outputs of every op, computed in the model's own precision at its synthesised (or --inputs) point and over
+the probe ladder, cast to the target dtype (precision_math.py): what flushes to zero, what overflows, the loss
+scale a dynamic loss scaler settles on, and the op at fault when the forward pass overflows.
+
+Entry point `run_precision`, called by `gradaudit.audit` after the stability probes. Gradients are those of
+u·f for the probes' random cotangent u of unit scale (a loss whose derivative by the outputs is about 1); what
+a lower precision does inside the backward pass itself (an intermediate product that underflows before a
+large factor) is not seen here, only the gradients that reach the sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import Finding, OpRef, PrecisionResult, Severity
+from ..rules import hazards as rules
+from .precision_math import LOST, Classes, classify, limits, power_of_two, settled_loss_scale
+
+# Ops whose output is not computed: the frozen graph's inputs and its variables as constants.
+NOT_COMPUTED = frozenset({"Const", "Placeholder"})
+# Ops that only pass a value on: an underflow is the producing op's, not theirs.
+PASS_THROUGH = frozenset({"Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "Transpose"})
+# Consumers that turn a zero into -inf, inf or NaN (for divisions: as the denominator, input 1).
+SINGULAR = frozenset({"Log", "Reciprocal", "Inv", "Rsqrt", "Sqrt", "Pow"})
+DIVISIONS = frozenset({"RealDiv", "Div", "Xdivy", "FloorDiv"})
+HALF_DTYPES = {19: "float16", 14: "bfloat16"}  # DT_HALF, DT_BFLOAT16
+FIX = {
+    "Exp": "compute it in float32 (a layer with dtype='float32' under the mixed_float16 policy), or use a stable "
+           "form: tf.nn.softmax, tf.math.reduce_logsumexp or tf.math.softplus instead of exp",
+    "Square": "compute it in float32 (dtype='float32' on that layer), or square a normalised (smaller) value",
+    "Pow": "compute it in float32 (dtype='float32' on that layer), or raise a normalised (smaller) value",
+    "Sum": "sum in float32 (dtype='float32' on that layer), or take a mean instead of a sum over many terms",
+    "AddN": "sum in float32 (dtype='float32' on that layer), or a mean instead of a sum of many terms",
+}
+FIX_OTHER = ("compute it in float32 (a layer with dtype='float32' under the mixed_float16 policy: a float32 "
+             "island), or scale its inputs down (normalise them)")
+
+
+@dataclass
+class PrecisionOutcome:
+    results: list[PrecisionResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)  # what was asked and could not be checked, and why
+
+
+def compute_dtype(analysis) -> tuple[str, int] | None:
+    """(dtype, count) of the Cast ops to float16 or bfloat16 in the static graph: a model that already computes
+    in mixed precision (Keras' mixed_float16 policy casts each layer's inputs to float16); None without any."""
+    counts: dict[str, int] = {}
+    graph = analysis.graph
+    for node in graph.ops.values():
+        if node.ref.op_type == "Cast":
+            for t in node.outputs:
+                name = HALF_DTYPES.get(graph.dtype[t])
+                if name:
+                    counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return None
+    name = max(counts, key=lambda k: counts[k])
+    return name, counts[name]
+
+
+def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutcome:
+    """The model's own compute dtype (a note, whatever `target`), and with a target dtype its gradients and
+    activations cast to it. `options` are the stability probes' (StabilityOptions: the same point and ladder)."""
+    from ..numeric.runner import ModelError
+
+    outcome = PrecisionOutcome()
+    own = compute_dtype(analysis)
+    if own:
+        outcome.notes.append(f"The model computes in {own[0]} ({own[1]} Cast op(s) to {own[0]} in its graph: mixed "
+                             f"precision, such as Keras' mixed_{own[0]} policy)"
+                             + ("." if target is None else
+                                f"; gradient entries that underflowed inside are zero in its gradients already and "
+                                f"cannot be told from exact zeros: --precision {target} counts what is left."))
+    if target is None:
+        return outcome
+    try:
+        _measure(loads, analysis, options, target, outcome, islands=bool(own and own[0] == target))
+    except ModelError as exc:
+        outcome.incomplete.append(f"--precision {target} did not run: the loaded model cannot be "
+                                  f"{'differentiated' if exc.stage == 'gradient' else 'run'}: {exc}")
+    return outcome
+
+
+def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, islands: bool) -> None:
+    """`islands`: the model computes in `target` already, so its float32 ops are the islands it chose."""
+    from ..numeric.domains import infer
+    from ..numeric.inputs import InputError, synthesise
+    from ..numeric.runner import Runner, signature_variables
+    from ..numeric.session import Plan
+    from .forensics import Forensics
+    from .probes import dense, scaled_point, valid_scales
+
+    plan = Plan(loads.info, analysis.sources, analysis.outputs, analysis.flow, infer(analysis))
+    if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
+        outcome.notes.append(f"Precision check ({target}) skipped: no float output, or no differentiable float "
+                             "source.")
+        return
+    n = options.numeric
+    try:
+        base = synthesise(plan.specs, seed=n.seed, batch_size=n.batch_size, dim=n.dim, shapes=n.shapes,
+                          inputs_file=n.inputs_file, domains=plan.domains)
+    except InputError as exc:
+        outcome.notes.append(f"Precision check ({target}) skipped: {exc}")
+        return
+    loaded = loads.get(False)
+    by_name = signature_variables(loads.info, loaded.fn)
+    variables = [(v, by_name[v]) for v in plan.variable_sources if v in by_name]
+    runner = Runner(loaded.fn, base, plan.input_sources, variables, plan.float_outputs)
+    outputs = loaded.fn(**{k: base[k] for k in plan.specs})
+    rng = np.random.default_rng([n.seed, 3])  # the stability probes' cotangent: random and signed, never ones
+    u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
+    scaled = [s for s in plan.input_sources if getattr(plan.domains.inputs.get(s), "kind", None) != "distribution"]
+    kept, _ = valid_scales(options.scales, [target, *(base[s].dtype for s in scaled)]) if scaled else ([], [])
+    points: list[tuple[float | None, dict[str, np.ndarray]]] = [(None, base)]
+    points += [(s, scaled_point(base, tuple(scaled), s, 1)) for s in kept]
+    names = plan.input_sources + [v for v, _ in variables]
+    forensics = Forensics(loaded.fn, analysis.graph, analysis.gradient_functions)
+    causes: dict[tuple[str, OpRef], list[tuple[float | None, PrecisionResult, str]]] = {}
+    try:
+        for scale, point in points:
+            runner.move_to(point, runner.var_base)  # one gradient pass per point
+            _, g_in, g_var = runner.gradient(u)
+            grads = {**{k: dense(g) for k, g in g_in.items()},
+                     **{v: dense(g) for (v, _), g in zip(variables, g_var)}}
+            outcome.results.extend(_gradient_rows(grads, names, target, scale))
+            if not outcome.incomplete:
+                values = _activations(forensics, point, target, outcome)
+                for kind, row, consumer in _activation_causes(values, target, scale, islands):
+                    causes.setdefault((kind, row.op), []).append((scale, row, consumer))
+                    outcome.results.append(row)
+    finally:
+        forensics.close()
+    base_rows = [r for r in outcome.results if r.kind == "gradient" and r.scale is None]
+    outcome.findings.extend(_gradient_findings(base_rows, target))
+    outcome.findings.extend(_activation_findings(causes, target))
+    if not outcome.findings and not outcome.incomplete:
+        outcome.notes.append(_all_fit(base_rows, target, kept))
+
+
+def _activations(forensics, point: dict[str, np.ndarray], target: str, outcome: PrecisionOutcome) -> list:
+    """Every op's float values at `point` from the frozen graph; none (and the audit incomplete, saying why) when
+    TensorFlow cannot freeze or run it: the gradients are still judged."""
+    from ..numeric.runner import describe
+
+    try:
+        return forensics.float_values(point)
+    except Exception as exc:  # noqa: BLE001 - the forward side is checked on a frozen copy TensorFlow may refuse
+        outcome.incomplete.append(f"--precision {target}: the ops' outputs were not checked: TensorFlow could not "
+                                  f"run a frozen copy of the graph ({describe(exc)})")
+        return []
+
+
+def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target: str,
+                   scale: float | None) -> list[PrecisionResult]:
+    """One row per source with a gradient at this point; the loss scale is the one scale for all of them."""
+    classes = {s: classify(grads[s], target) for s in names if grads.get(s) is not None}
+    largest = max((c.largest for c in classes.values() if c.largest is not None), default=None)
+    loss_scale = settled_loss_scale(largest, target)
+
+    def zero_at(s: str, factor: float | None) -> float | None:
+        return classify(grads[s], target, factor).underflow if factor else None
+
+    shared = {s: zero_at(s, loss_scale) for s in classes}
+    alone = {s: zero_at(s, settled_loss_scale(c.largest, target)) for s, c in classes.items()}
+    one = None if loss_scale is None else not any(_only_shared(shared[s], alone[s]) >= LOST for s in classes)
+    return [PrecisionResult("gradient", s, target, scale, c.entries, c.underflow, c.subnormal, c.overflow,
+                            c.largest, c.smallest, loss_scale, shared[s], one, alone[s]) for s, c in classes.items()]
+
+
+def _only_shared(shared: float | None, alone: float | None) -> float:
+    """The fraction of a source's entries zero at the shared loss scale that its own scale would keep."""
+    return max(0.0, (shared or 0.0) - (alone or 0.0))
+
+
+def _fits(values: list, target: str) -> bool:
+    lim = limits(target)
+    return all(float(np.max(np.abs(np.asarray(v, np.float64)[np.isfinite(v)]), initial=0.0)) <= lim.largest
+               for v in values)
+
+
+def _activation_causes(ops, target: str, scale: float | None, islands: bool):
+    """(kind, row, consumer) for each op that makes an overflow ("overflow": its float inputs fit the dtype,
+    its output does not) or an underflow that a log, division or root turns into a non-finite value
+    ("underflow", with that consumer's label). With `islands`, ops computing in float32 or float64 are left
+    out: the model computes in the target dtype and keeps those in float32 on purpose."""
+    for ref, op, ins, outs in ops:
+        if op.type in NOT_COMPUTED or (islands and all(t.dtype.size >= 4 for t in op.outputs if t.dtype.is_floating)):
+            continue
+        tensors = [t for t in op.outputs if t.dtype.is_floating]
+        for t, value in zip(tensors, outs):
+            c = classify(value, target)
+            if c.overflow and _fits(ins, target):
+                yield "overflow", _row(ref, c, target, scale), ""
+            elif c.underflow >= LOST and op.type not in PASS_THROUGH:
+                consumer = next((f"{k.type} '{k.name}'" for k in t.consumers()
+                                 if k.type in SINGULAR or (k.type in DIVISIONS and list(k.inputs).index(t) == 1)),
+                                "")
+                if consumer:
+                    yield "underflow", _row(ref, c, target, scale), consumer
+
+
+def _row(ref: OpRef, c: Classes, target: str, scale: float | None) -> PrecisionResult:
+    return PrecisionResult("activation", ref.short, target, scale, c.entries, c.underflow, c.subnormal, c.overflow,
+                           c.largest, c.smallest, op=ref)
+
+
+def _where(scale: float | None) -> str:
+    return "the model's own point" if scale is None else f"inputs × {scale:g}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g}%"
+
+
+def _gradient_findings(rows: list[PrecisionResult], target: str) -> list[Finding]:
+    lim = limits(target)
+    found: list[Finding] = []
+    scale = rows[0].loss_scale if rows else None
+    # entries zero at loss scale 1 that the shared scale keeps; entries zero at the shared scale that the
+    # source's own scale would keep (entries lost at every scale are over the dtype's range below their own
+    # source's largest: negligible beside it, not a cause)
+    rescued = [r for r in rows if scale is not None and r.underflow - (r.underflow_scaled or 0) >= LOST]
+    still = [r for r in rows if scale is not None and _only_shared(r.underflow_scaled, r.underflow_own) >= LOST]
+    if rescued:
+        found.append(rules.GradientUnderflow.finding(
+            f"In {target}, gradient entries flush to zero (below {lim.smallest_subnormal:.3g} after the cast) at "
+            f"loss scale 1: " + ", ".join(f"{r.name} {_pct(r.underflow)} (smallest nonzero |g| {r.smallest:.3g})"
+                                          for r in rescued)
+            + f"; a dynamic loss scale settles on {power_of_two(scale)} (largest |g| "  # type: ignore[arg-type]
+              f"{max(r.largest or 0 for r in rows):.3g}), where they are in range",
+            sources=[r.name for r in rescued]))
+    if still:
+        widest = max((r.largest or 0) for r in rows) / min(r.largest or np.inf for r in still)
+        found.append(rules.GradientRange.finding(
+            f"No single loss scale serves every source in {target}: at {power_of_two(scale)}, the largest the "  # type: ignore[arg-type]
+            f"gradients allow (largest |g| {max(r.largest or 0 for r in rows):.3g}), gradient entries still flush "
+            f"to zero that a scale for their source alone would keep: "
+            + ", ".join(f"{r.name} {_pct(_only_shared(r.underflow_scaled, r.underflow_own))} (largest |g| "
+                        f"{r.largest:.3g})" for r in still)
+            + f"; the sources' largest gradients are {widest:.3g} apart",
+            sources=[r.name for r in still]))
+    over = [r for r in rows if r.overflow]
+    if over:
+        found.append(rules.GradientOverflow.finding(
+            f"In {target}, gradient entries exceed the largest finite value ({lim.largest:.6g}) at loss scale 1: "
+            + ", ".join(f"{r.name} {_pct(r.overflow)} (largest |g| {r.largest:.3g})" for r in over)
+            + (f"; a dynamic loss scaler must fall to {power_of_two(scale)}" if scale else ""),
+            sources=[r.name for r in over]))
+    return found
+
+
+def _activation_findings(causes: dict, target: str) -> list[Finding]:
+    lim = limits(target)
+    found = []
+    for (kind, op), seen in causes.items():
+        where = ", ".join(_where(s) for s, _, _ in seen)
+        own = any(s is None for s, _, _ in seen)
+        worst = max((r for _, r, _ in seen), key=lambda r: r.largest or 0)
+        if kind == "overflow":
+            found.append(rules.ActivationOverflow.finding(
+                f"{op.short} returns values up to {worst.largest:.3g} from inputs that fit {target}, beyond its "
+                f"largest finite value ({lim.largest:.6g}): inf in {target} at {where}", op=op,
+                fix=f"{op.op_type}: {FIX.get(op.op_type, FIX_OTHER)}.",
+                severity=None if own else Severity.INFO))
+        else:
+            consumer = seen[0][2]
+            found.append(rules.ActivationUnderflow.finding(
+                f"{op.short} returns values down to {worst.smallest:.3g}, zero in {target} (up to "
+                f"{_pct(max(r.underflow for _, r, _ in seen))} of them), and feeds {consumer}: a non-finite value in "
+                f"{target} at {where}", op=op,
+                severity=None if own else Severity.INFO))
+    return found
+
+
+def _all_fit(rows: list[PrecisionResult], target: str, scales: list[float]) -> str:
+    scale = rows[0].loss_scale if rows else None
+    largest = max((r.largest for r in rows if r.largest is not None), default=None)
+    smallest = min((r.smallest for r in rows if r.smallest is not None), default=None)
+    sizes = (f"|g| from {smallest:.3g} to {largest:.3g}" if largest is not None and smallest is not None
+             else "no nonzero gradient")
+    ladder = f" or over the probe ladder ({', '.join(f'{s:g}' for s in scales)})" if scales else ""
+    return (f"Precision {target}: every gradient fits ({len(rows)} source(s) at the model's own point, {sizes}"
+            + (f"; a dynamic loss scale settles on {power_of_two(scale)}" if scale else "")
+            + f"), and no op's output overflows or underflows into a log, division or root there{ladder}.")

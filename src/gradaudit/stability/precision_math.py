@@ -1,0 +1,100 @@
+"""What a lower precision does to float values: which flush to zero, which lose bits as subnormals, which
+overflow, and the loss scale a dynamic loss scaler settles on. Plain numpy (ml_dtypes for bfloat16): the
+casts are numpy's own round-to-nearest-even, the arithmetic TensorFlow's Cast kernel does."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+TARGETS = ("float16", "bfloat16")
+# A share of a source's nonzero gradient entries (or an op's nonzero outputs) below this is not a cause: a few
+# entries twelve orders of magnitude below the largest move nothing in training.
+LOST = 0.01
+# The loss scale is a float32 value (Keras keeps it in a float32 variable): at most 2**127.
+MAX_EXPONENT = 127
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+@dataclass(frozen=True)
+class Limits:
+    name: str
+    smallest_subnormal: float  # below about half of it a value is zero after the cast
+    smallest_normal: float  # below it a value keeps fewer significant bits
+    largest: float  # above it (rounded) a value is inf after the cast
+
+    @property
+    def dynamic_range(self) -> float:
+        """How far apart two magnitudes can be and both survive one cast (largest / smallest subnormal)."""
+        return self.largest / self.smallest_subnormal
+
+
+def limits(name: str) -> Limits:
+    info = np.finfo(numpy_dtype(name))
+    return Limits(name, float(info.smallest_subnormal), float(info.smallest_normal), float(info.max))
+
+
+@dataclass(frozen=True)
+class Classes:
+    """The nonzero finite entries of a float array and what one cast to a lower precision makes of them."""
+
+    entries: int  # nonzero finite entries (the others are zero or non-finite already)
+    underflow: float  # fraction of them that are zero after the cast
+    subnormal: float  # fraction that are subnormal after the cast (bits of precision lost)
+    overflow: float  # fraction that are inf after the cast
+    largest: float | None  # largest magnitude among them (None: no entry)
+    smallest: float | None  # smallest magnitude among them
+
+    @property
+    def fits(self) -> bool:
+        return self.underflow < LOST and self.overflow == 0
+
+
+def _nonzero(values) -> np.ndarray:
+    a = np.abs(np.asarray(values, dtype=np.float64)).reshape(-1)
+    return a[np.isfinite(a) & (a > 0)]
+
+
+def classify(values, target: str, scale: float = 1.0) -> Classes:
+    """Cast `values` × `scale` (computed in float64) to `target` and count what became of the nonzero entries."""
+    a = _nonzero(values)
+    if not a.size:
+        return Classes(0, 0.0, 0.0, 0.0, None, None)
+    with np.errstate(over="ignore"):
+        cast = np.abs((a * scale).astype(numpy_dtype(target)).astype(np.float64))
+    lim = limits(target)
+    n = a.size
+    return Classes(n, float(np.count_nonzero(cast == 0)) / n,
+                   float(np.count_nonzero((cast > 0) & (cast < lim.smallest_normal))) / n,
+                   float(np.count_nonzero(np.isinf(cast))) / n, float(a.max()), float(a.min()))
+
+
+def settled_loss_scale(largest: float | None, target: str) -> float | None:
+    """The power of two a dynamic loss scaler (Keras' LossScaleOptimizer: it starts at 2**15, halves the scale
+    on a step with a non-finite gradient and doubles it after a run of finite steps) settles on when the largest
+    gradient magnitude is `largest`: the largest power of two whose product with it still casts to a finite
+    value (at most 2**127, float32's largest power of two). None when there is no nonzero gradient."""
+    if not largest or not math.isfinite(largest):
+        return None
+    dtype = numpy_dtype(target)
+    k = min(MAX_EXPONENT, math.floor(math.log2(limits(target).largest / largest)))
+    with np.errstate(over="ignore"):
+        while not np.isfinite(np.asarray(largest * 2.0 ** k).astype(dtype)):
+            k -= 1
+        while k < MAX_EXPONENT and np.isfinite(np.asarray(largest * 2.0 ** (k + 1)).astype(dtype)):
+            k += 1
+    return 2.0 ** k
+
+
+def power_of_two(scale: float) -> str:
+    """`2**15`, `2**-3`: how a loss scale is written."""
+    return f"2**{round(math.log2(scale))}"
