@@ -348,9 +348,18 @@ def _in_child(kind: str, path: str, options: AuditOptions, static=None) -> tuple
     from .safety.sandbox import default_memory_limit
 
     limit = default_memory_limit() if options.memory_limit is None else options.memory_limit or None
-    readable = _readable(_model_folder(path) if kind == "saved_model" else os.path.abspath(path), options)
+    path, options = os.path.abspath(path), _absolute_paths(options)  # the child runs in another folder
+    readable = _readable(_model_folder(path) if kind == "saved_model" else path, options)
     sent, isolation = run_isolated(_executed_part, (kind, path, options, static), options.timeout, readable, limit)
     return _child_result(sent), isolation
+
+
+def _absolute_paths(options: AuditOptions) -> AuditOptions:
+    """The options' files (--inputs, the --load-ops libraries) as absolute paths."""
+    from .custom_ops import is_library
+
+    return replace(options, inputs_file=os.path.abspath(options.inputs_file) if options.inputs_file else None,
+                   load_ops=tuple(os.path.abspath(lib) if is_library(lib) else lib for lib in options.load_ops))
 
 
 _IN_PROCESS = Isolation(None, None, None, None, ("the model ran in gradaudit's own process (no --timeout): no "

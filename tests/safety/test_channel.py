@@ -158,3 +158,22 @@ def test_sigkill_of_gradaudit_leaves_no_process_and_no_folder(tmp_path, samples)
                  "Z" not in open(f"/proc/{p}/stat").read().split(")")[-1].split()[0]}
     assert not alive and reaper
     assert not [p.name for p in tmp.iterdir() if p.name.startswith("gradaudit-")]
+
+
+def test_relative_paths_reach_the_child(samples, tmp_path, monkeypatch):
+    """The child runs in another folder: the model and --inputs given relative to the working folder are
+    handed to it as absolute paths (the README's own command is relative)."""
+    import numpy as np
+    from click.testing import CliRunner
+
+    from gradaudit.cli import main
+
+    monkeypatch.chdir(samples)
+    np.savez(tmp_path / "x.npz", x=np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8))
+    inputs = os.path.relpath(tmp_path / "x.npz", samples)
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(main, ["mlp", "--inputs", inputs, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["numeric"] and all(n["status"] == "pass" for n in doc["numeric"] if n["scale"] is None)
+    assert doc["isolation"]["time_budget_s"] == 600
