@@ -55,6 +55,7 @@ def test_assert_differentiable_with_wrt_ignores_other_sources(samples):
         assert_differentiable(path, static_only=True, fail_on="warning", wrt=["x", "unused"])
 
 
+@pytest.mark.slow  # runs the model in a child process
 def test_assert_differentiable_accepts_a_mismatch_its_cut_explains(tmp_path):
     """y = x*w + stop_gradient(x*x): the gradient leaves the second term out by design; the numeric difference
     is the StopGradient's (checked on the float64 copy with it made an identity), so the helper passes, as

@@ -32,6 +32,7 @@ def test_timeout_is_incomplete_never_a_pass(slow_model):
     assert not report.numeric  # one line for the checks that did not run, not one row per source
 
 
+@pytest.mark.slow  # runs the model in a child process
 def test_timeout_exit_codes(slow_model, tmp_path):
     out = tmp_path / "r.json"
     result = CliRunner().invoke(main, [slow_model, "--timeout", "2", "--json", str(out)])
@@ -202,6 +203,7 @@ def test_a_result_from_the_child_that_is_not_one_is_incomplete_never_a_pass(samp
     assert any("sent a malformed result" in line for line in report.incomplete), report.incomplete
 
 
+@pytest.mark.slow  # runs the model in a child process
 @pytest.mark.parametrize("name, args", [("qr_dynamic", []), ("tfdf_gbt", ["--allow-unsafe-ops"])])
 def test_tensorflow_failing_on_the_model_is_the_model_not_gradaudit(tmp_path, name, args):
     """QrGrad refuses dynamic shapes inside tape.gradient; a custom op not loaded makes tf.saved_model.load fail.
@@ -243,6 +245,7 @@ def test_checks_that_decide_nothing_make_the_audit_incomplete(tmp_path):
     assert report.verdict() == "pass" and not report.incomplete
 
 
+@pytest.mark.slow  # runs the model in a child process
 def test_an_inputs_file_numpy_cannot_read_is_a_usage_error(samples, tmp_path):
     import numpy as np
 

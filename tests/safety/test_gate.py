@@ -43,6 +43,7 @@ def _age(path: str) -> float:
     return os.stat(path).st_atime
 
 
+@pytest.mark.slow  # runs the model in a child process
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 def test_default_run_runs_nothing_and_names_the_op(hostile, name, tmp_path, monkeypatch):
     path, canary = hostile[name]
@@ -166,6 +167,7 @@ def test_links_the_loader_does_not_follow_are_not_findings(tmp_path):
     assert not [f for f in report.findings if f.rule == "unsafe-asset"]
 
 
+@pytest.mark.slow  # runs the model in a child process
 @pytest.mark.parametrize("where", ["variables", "gs"])
 def test_a_dataset_cache_into_the_model_or_the_network_is_found(tmp_path, where, monkeypatch):
     from .attacks import _dataset_model

@@ -56,6 +56,7 @@ def tree_digest(root: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow  # runs the model in a child process
 @pytest.mark.parametrize("name", ["log1pexp_custom", "cnn"])
 def test_full_run_never_writes_into_the_model(samples, tmp_path, name):
     copy = str(tmp_path / name)

@@ -117,6 +117,7 @@ def test_broken_variables_are_named_and_the_static_report_stays(models, tmp_path
     _static_intact(report)
 
 
+@pytest.mark.slow  # runs the model in a child process
 def test_broken_variables_on_the_command_line(models, tmp_path):
     out = tmp_path / "r.json"
     result = CliRunner().invoke(main, [_broken(models, tmp_path, "truncated_data"), "--json", str(out)])
@@ -126,6 +127,7 @@ def test_broken_variables_on_the_command_line(models, tmp_path):
     assert doc["verdict"] == "incomplete" and len(doc["flow"]) == 2
 
 
+@pytest.mark.slow  # runs the model in a child process
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
 def test_special_variables_file_is_never_opened(models, tmp_path, kind):
     """By default the file is an unsafe-asset finding (GA403) and nothing runs; with --allow-unsafe-ops the

@@ -47,6 +47,7 @@ def test_tensorflow_cannot_differentiate_twice(audited):
     assert {n.status for n in second_order(r)} == {"error"}
 
 
+@pytest.mark.slow  # runs the model in a child process
 def test_order_and_probe_scales_on_the_command_line(samples, tmp_path, monkeypatch):
     from gradaudit.cli import main
 
