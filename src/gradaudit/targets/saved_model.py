@@ -11,7 +11,8 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from ..errors import GradauditError
 from ..graph.library import Library
-from ..safety.budget import MAX_TEXT_GRAPH_BYTES, check_count_attrs, read_capped
+from ..safety.budget import MAX_PARSED_MESSAGES, MAX_TEXT_GRAPH_BYTES, check_count_attrs, read_capped
+from ..safety.protoscan import message_count_bound
 
 INIT_OP_KEY = "__saved_model_init_op"
 
@@ -155,7 +156,12 @@ class SavedModelFile:
         name = "saved_model.pb"
         try:
             if os.path.exists(pb):
-                sm.ParseFromString(read_capped(pb, name))
+                data = read_capped(pb, name)
+                if message_count_bound(data, saved_model_pb2.SavedModel.DESCRIPTOR,
+                                       MAX_PARSED_MESSAGES) > MAX_PARSED_MESSAGES:
+                    raise GradauditError(f"{path}: cannot load {name}: it holds more than {MAX_PARSED_MESSAGES:,} "
+                                         "protobuf messages, the static pass's node budget; not parsed")
+                sm.ParseFromString(data)
             elif os.path.exists(pbtxt):
                 # text parses some 300 times slower than binary (in Python): a much lower cap bounds its time
                 name = "saved_model.pbtxt"
