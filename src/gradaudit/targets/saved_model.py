@@ -11,6 +11,7 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from ..errors import GradauditError
 from ..graph.library import Library
+from ..graph.validate import RejectedGraph, check_graph, check_object_graph
 from ..safety.budget import MAX_PARSED_MESSAGES, MAX_TEXT_GRAPH_BYTES, check_count_attrs, read_capped
 from ..safety.protoscan import message_count_bound
 
@@ -136,6 +137,11 @@ class SavedModelFile:
         self.graph_def = self.meta_graph.graph_def
         self.library = Library(self.graph_def)
         check_count_attrs(self.graph_def, self.library.op_def)
+        try:
+            check_graph(self.graph_def, self.library)
+            check_object_graph(self.meta_graph.object_graph_def, self.library)
+        except RejectedGraph as exc:
+            raise GradauditError(f"{path}: TensorFlow would reject this graph: {exc}") from None
         self.object_graph = self.meta_graph.object_graph_def
         self._nodes = {n.name: n for n in self.graph_def.node}
         for fn in self.library.registered_gradients.values():
