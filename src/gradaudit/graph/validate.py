@@ -7,6 +7,8 @@ cannot run. Ops this TensorFlow does not know are not checked here (the static p
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .dtypes import DT_INVALID
 from .library import Library
 
@@ -14,10 +16,11 @@ from .library import Library
 _KINDS = {"string": "s", "int": "i", "float": "f", "bool": "b", "type": "type", "shape": "shape", "tensor": "tensor",
           "func": "func"}
 _LIST_KINDS = ("s", "i", "f", "b", "type", "shape", "tensor", "func")
+_KIND_NAMES = {v: k for k, v in _KINDS.items()} | {"list": "list", "placeholder": "placeholder"}
 _DTYPE_NAMES: dict[int, str] = {}
 
 
-class RejectedGraph(ValueError):
+class RejectedGraph(Exception):
     """TensorFlow would refuse to load this graph: the reason."""
 
 
@@ -33,51 +36,71 @@ def _where(node, fname: str | None) -> str:
     return f"node {node.name!r} ({node.op}) in {'function ' + repr(fname) if fname else 'the graph'}"
 
 
-def _check_attrs(node, op_def, fname: str | None) -> bool:
+class _AttrSpec(NamedTuple):
+    name: str
+    required: bool  # no default value
+    kind: str | None  # the AttrValue field that holds it (of its elements for a list), None: not checked
+    is_list: bool
+    allowed: frozenset[int] | None
+    minimum: int | None
+
+
+def _specs(op_def) -> tuple[list[_AttrSpec], list[str]]:
+    """What `_check_attrs` checks of an op's attrs, and the names of those that hold functions."""
+    specs, funcs = [], []
+    for a in op_def.attr:
+        is_list = a.type.startswith("list(")
+        kind = _KINDS.get(a.type[5:-1] if is_list else a.type)
+        allowed = frozenset(a.allowed_values.list.type) if a.HasField("allowed_values") and kind == "type" else None
+        specs.append(_AttrSpec(a.name, not a.HasField("default_value"), kind, is_list, allowed,
+                               a.minimum if a.has_minimum else None))
+        if kind == "func":
+            funcs.append(a.name)
+    return specs, funcs
+
+
+def _check_attrs(node, specs: list[_AttrSpec], fname: str | None) -> bool:
     """Attrs of `node` against its OpDef; False when one is a placeholder (a polymorphic function's attr), which
     leaves its counts and dtypes to the call."""
     concrete = True
-    for a in op_def.attr:
-        if a.name not in node.attr:
-            if not a.HasField("default_value"):
+    attrs = node.attr
+    for a in specs:
+        if a.name not in attrs:
+            if a.required:
                 raise RejectedGraph(f"{_where(node, fname)} lacks attr {a.name!r}, which its op requires")
             continue
-        value = node.attr[a.name]
+        value = attrs[a.name]
         kind = value.WhichOneof("value")
         if kind == "placeholder":
             concrete = False
             continue
-        if kind is None:
+        if kind is None or a.kind is None:
             continue
-        if a.type.startswith("list("):
-            want = _KINDS.get(a.type[5:-1])
-            if want is None:
-                continue
-            if kind != "list" or any(len(getattr(value.list, k)) for k in _LIST_KINDS if k != want):
-                raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds a {kind}, not a {a.type}")
-            if want == "type" and a.HasField("allowed_values"):
-                allowed = set(a.allowed_values.list.type)
+        if a.is_list:
+            if kind != "list" or any(len(getattr(value.list, k)) for k in _LIST_KINDS if k != a.kind):
+                raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds a {_KIND_NAMES[kind]}, not a "
+                                    f"list of {_KIND_NAMES[a.kind]}")
+            if a.allowed is not None:
                 for t in value.list.type:
-                    if t not in allowed:
+                    if t not in a.allowed:
                         raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds {_dtype_name(t)}, which "
                                             "its op does not allow")
-            if a.has_minimum and len(getattr(value.list, want)) < a.minimum:
+            if a.minimum is not None and len(getattr(value.list, a.kind)) < a.minimum:
                 raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} has fewer than {a.minimum} values")
             continue
-        want = _KINDS.get(a.type)
-        if want is None:
-            continue
-        if kind != want:
-            raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds a {kind}, not a {a.type}")
-        if want == "type" and a.HasField("allowed_values") and value.type not in set(a.allowed_values.list.type):
+        if kind != a.kind:
+            raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds a {_KIND_NAMES[kind]}, not a "
+                                f"{_KIND_NAMES[a.kind]}")
+        if a.allowed is not None and value.type not in a.allowed:
             raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds {_dtype_name(value.type)}, which its "
                                 "op does not allow")
-        if want == "i" and a.has_minimum and value.i < a.minimum:
+        if a.kind == "i" and a.minimum is not None and value.i < a.minimum:
             raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} is {value.i}, below its minimum {a.minimum}")
     return concrete
 
 
-def _body(library: Library, nodes, fname: str | None, args: dict[str, int]) -> None:
+def _body(library: Library, nodes, fname: str | None, args: dict[str, int],
+          specs: dict[str, tuple[list[_AttrSpec], list[str]]]) -> None:
     """One body: the graph's nodes (fname None) or a function's, whose arguments (name -> dtype) are tensors too."""
     by_name = {}
     for node in nodes:
@@ -89,18 +112,20 @@ def _body(library: Library, nodes, fname: str | None, args: dict[str, int]) -> N
     layouts = {}
     for node in nodes:
         fdef = library.functions.get(node.op)
-        op_def = None if fdef is not None else library.op_def(node.op)
-        if fdef is None and op_def is None:
-            continue  # an op this TensorFlow does not know: the static pass reports it
-        concrete = True
-        if op_def is not None:
-            concrete = _check_attrs(node, op_def, fname)
-        else:
+        if fdef is not None:
             sig_args = (*fdef.signature.input_arg, *fdef.signature.output_arg)
             concrete = not any(a.number_attr or a.type_list_attr for a in sig_args)
+        else:
+            op_def = library.op_def(node.op)
+            if op_def is None:
+                continue  # an op this TensorFlow does not know: the static pass reports it
+            if node.op not in specs:
+                specs[node.op] = _specs(op_def)
+            attr_specs, func_attrs = specs[node.op]
+            concrete = _check_attrs(node, attr_specs, fname)
+            if func_attrs:
+                _check_called_functions(library, node, fname, func_attrs)
         layouts[node.name] = (concrete, library.layout(node))
-        if fdef is None:
-            _check_called_functions(library, node, fname)
     for node in nodes:
         entry = layouts.get(node.name)
         expected = library.expected_input_dtypes(node) if entry is not None and entry[0] else None
@@ -161,15 +186,19 @@ def _source_dtype(ref: str, by_name, layouts, args: dict[str, int], node, fname:
     return layout.dtypes[start + index]
 
 
-def _check_called_functions(library: Library, node, fname: str | None) -> None:
+def _check_called_functions(library: Library, node, fname: str | None, keys: list[str]) -> None:
     """The functions a node names in its attrs: TensorFlow's loader orders the library by them and refuses one
     that is not in it (the node's op is not a library function, as in its loader), as it does a graph's call of
-    a function it does not have."""
+    a function it does not have. Only the op's func attrs are looked at (TensorFlow also follows those whose name
+    begins with an underscore, which no op declares)."""
     gradient_type = node.attr["_gradient_op_type"].s.decode(errors="replace") if "_gradient_op_type" in node.attr \
         else ""
     if gradient_type and gradient_type in library.registered_gradients:
         return
-    for key, value in node.attr.items():
+    for key in keys:
+        if key not in node.attr:
+            continue
+        value = node.attr[key]
         kind = value.WhichOneof("value")
         names = [value.func.name] if kind == "func" else [f.name for f in value.list.func] if kind == "list" else []
         for name in names:
@@ -180,11 +209,12 @@ def _check_called_functions(library: Library, node, fname: str | None) -> None:
 
 def check_graph(graph_def, library: Library) -> None:
     """Raise RejectedGraph with the first reason TensorFlow would refuse to load `graph_def`."""
-    _body(library, graph_def.node, None, {})
+    specs: dict[str, tuple[list[_AttrSpec], list[str]]] = {}
+    _body(library, graph_def.node, None, {}, specs)
     for fdef in graph_def.library.function:
         sig = fdef.signature
         args = {a.name: DT_INVALID if a.number_attr or a.type_list_attr else a.type for a in sig.input_arg}
-        _body(library, fdef.node_def, sig.name, args)
+        _body(library, fdef.node_def, sig.name, args, specs)
 
 
 def check_object_graph(object_graph, library: Library) -> None:
