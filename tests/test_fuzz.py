@@ -130,3 +130,106 @@ def test_structurally_mutated_model_reports_or_exits_2(originals, workdir, base,
     missing, missing functions, duplicate names, self-loops: a report or one line (exit 2), never
     gradaudit's internal error, a crash or a hang."""
     _audit_reports_or_exits_2(workdir, mutate_structure(originals[base], kind, a, b))
+
+
+# -- graphs TensorFlow would not load: refused, never passed ---------------------------------------------------
+
+
+def _call_body(sm):
+    return next(f for f in sm.meta_graphs[0].graph_def.library.function
+                if any(n.op == "MatMul" for n in f.node_def))
+
+
+def _edit(kind: str, sm) -> str:
+    """Make one thing TensorFlow checks on load wrong in `sm`; the phrase the refusal holds."""
+    body = _call_body(sm)
+    matmul = next(n for n in body.node_def if n.op == "MatMul")
+    if kind == "missing_attr":
+        del matmul.attr["T"]
+        return "lacks attr 'T', which its op requires"
+    if kind == "attr_kind":
+        matmul.attr["transpose_a"].s = b"yes"
+        return "attr 'transpose_a' holds a string, not a bool"
+    if kind == "disallowed_type":
+        for n in body.node_def:
+            if n.op == "MatMul":
+                n.attr["T"].type = 7  # DT_STRING
+        return "holds string, which its op does not allow"
+    if kind == "extra_input":
+        matmul.input.insert(2, matmul.input[0])
+        return "has more inputs than the 2 its op takes"
+    if kind == "dangling_input":
+        matmul.input[0] = "no_such_node:output:0"
+        return "names nothing in it"
+    # MatMul's second input is 'MatMul/ReadVariableOp:value:0'
+    producer = next(n for n in body.node_def if n.name == matmul.input[1].split(":")[0])
+    if kind == "no_such_output_arg":
+        matmul.input[1] = f"{producer.name}:no_such_arg:0"
+        return "has no output 'no_such_arg'"
+    if kind == "output_index":
+        matmul.input[1] = f"{producer.name}:value:5"
+        return "has no such output"
+    if kind == "dtype":
+        producer.attr["dtype"].type = 3  # the variable read now gives int32, MatMul takes float
+        return "is int32 where its op takes float"
+    if kind == "duplicate_name":
+        body.node_def[1].name = body.node_def[0].name
+        return "two nodes are named"
+    if kind == "control_first":
+        matmul.input.insert(0, f"^{producer.name}")
+        return "after a control input"
+    if kind == "missing_function":  # a saved object names a function the library does not have
+        saved = next(n for n in sm.meta_graphs[0].object_graph_def.nodes
+                     if n.WhichOneof("kind") == "function" and n.function.concrete_functions)
+        saved.function.concrete_functions[0] = "no_such_function"
+        return "names function 'no_such_function', which is not in the library"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["missing_attr", "attr_kind", "disallowed_type", "extra_input", "dangling_input",
+                                  "no_such_output_arg", "output_index", "dtype", "duplicate_name", "control_first",
+                                  "missing_function"])
+def test_graph_tensorflow_would_reject_is_a_load_error(samples, tmp_path, kind):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = tmp_path / "model"
+    shutil.copytree(os.path.join(samples, "classifier_argmax"), path)
+    sm = saved_model_pb2.SavedModel()
+    sm.ParseFromString((path / "saved_model.pb").read_bytes())
+    phrase = _edit(kind, sm)
+    (path / "saved_model.pb").write_bytes(sm.SerializeToString())
+    with pytest.raises(GradauditError) as exc:
+        audit_saved_model(str(path), AuditOptions(static_only=True))
+    message = str(exc.value)
+    assert "TensorFlow would reject this graph: " in message and phrase in message and "\n" not in message
+
+
+def test_every_sample_model_is_one_tensorflow_loads(samples):
+    """No false refusal: the check passes each sample model (TensorFlow loads them all to build them)."""
+    from gradaudit.targets.saved_model import SavedModelFile
+
+    names = sorted(os.listdir(samples))
+    assert len(names) > 20
+    for name in names:
+        SavedModelFile(os.path.join(samples, name))
+
+
+@pytest.mark.slow
+def test_no_pass_on_a_mutated_graph_tensorflow_rejects(samples, tmp_path):
+    """Seeded structured mutations of the sample models, each pass and each 'TensorFlow would reject' refusal
+    asked of TensorFlow itself (tf.saved_model.load, and a TF1 session, which imports the graph's own nodes as
+    TF Serving does). No pass is on a graph TensorFlow rejects, except for ops this TensorFlow does not know:
+    they are reported (an info line when they decide no gradient) and a model using them loads once their
+    package is imported (--load-ops). No refusal is of a graph both load."""
+    from fuzz_harness import run
+
+    outcomes = run(samples, int(os.environ.get("GRADAUDIT_TF_FUZZ", "120")), seed=1, workdir=str(tmp_path),
+                   ask_rejected=True)
+    passes = [o for o in outcomes if o.verdict == "pass"]
+    assert passes and len(passes) < len(outcomes)
+    false_passes = [o for o in passes if not (o.tf_ok and o.graph_ok)]
+    assert all("Op type not registered" in (o.tf_error or o.graph_error) for o in false_passes), \
+        [(o.kind, o.tf_error, o.graph_error) for o in false_passes]
+    refused = [o for o in outcomes if "TensorFlow would reject" in o.message]
+    assert refused
+    assert not [o.message for o in refused if o.tf_ok and o.graph_ok]

@@ -13,6 +13,7 @@ from helpers import save_module, save_slow_model
 
 from gradaudit.api import AuditOptions, audit_saved_model
 from gradaudit.cli import main
+from gradaudit.errors import GradauditError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THIRDPARTY = os.path.join(ROOT, "sample_models", "thirdparty")
@@ -117,9 +118,11 @@ def test_a_sampler_whose_gradient_skips_its_seed_is_connected():
     assert not [f for f in report.findings if f.rule == "integer-path"]
 
 
-def test_a_gradient_that_cannot_be_verified_is_unknown_with_a_note(tmp_path):
+def test_a_gradient_that_cannot_be_verified_is_unknown_with_a_note(tmp_path, monkeypatch):
     """A MatMul whose saved node lost its type attribute: its replica cannot be built, which says nothing about
-    its gradient. Its pairs are `unknown` with a note naming it, never silently connected."""
+    its gradient. Its pairs are `unknown` with a note naming it, never silently connected. TensorFlow itself
+    refuses to load such a graph ("NodeDef missing attr 'T'"), and so does the static pass (exit 2); the replica
+    path is checked with that load check switched off."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     class M(tf.Module):
@@ -144,6 +147,9 @@ def test_a_gradient_that_cannot_be_verified_is_unknown_with_a_note(tmp_path):
     assert edited
     with open(pb, "wb") as f:
         f.write(sm.SerializeToString())
+    with pytest.raises(GradauditError, match="TensorFlow would reject this graph: .*MatMul.* lacks attr 'T'"):
+        audit_saved_model(path, AuditOptions(static_only=True))
+    monkeypatch.setattr("gradaudit.targets.saved_model.check_graph", lambda *_a: None)
     report = audit_saved_model(path, AuditOptions(static_only=True))
     statuses = {(e.source, e.output): e.status for e in report.flow}
     assert statuses[("x", "y")] == "unknown" and statuses[("w", "y")] == "unknown"

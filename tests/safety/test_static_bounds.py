@@ -20,7 +20,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from gradaudit.safety.budget import MAX_TEXT_GRAPH_BYTES
 from gradaudit.safety.checkpoint import MAX_INDEX_BYTES, MAX_INDEX_ENTRIES, variables_problem
 
-from .hostile import tensor_bundle_index
+from .hostile import empty_nodes_saved_model, tensor_bundle_index
 
 LIMIT = 2 << 30  # address space of the child: TensorFlow's import fits, none of the bombs' allocations do
 
@@ -106,6 +106,54 @@ def test_output_index_bomb_is_a_malformed_model(small, tmp_path, where):
         call.input[0] = "unknown_op:300000000"
     _write(path, sm)
     _load_error(_static_only(path), "used at output 300000000, beyond the 1,000,000 outputs an op may have")
+
+
+@pytest.mark.slow
+def test_message_bomb_is_refused_before_parsing(small, tmp_path):
+    """20 MB of empty NodeDefs parse into 10 million messages (+1.1 GB): counted first, refused unparsed."""
+    path = _copy(small, tmp_path, "message_bomb")
+    with open(os.path.join(path, "saved_model.pb"), "wb") as f:
+        f.write(empty_nodes_saved_model(10_000_000))
+    _load_error(_static_only(path), "holds more than 5,000,000 protobuf messages, the static pass's node budget")
+
+
+def test_message_count_is_exact_on_a_real_model(small):
+    """The scan counts what the parser makes: every message, map entries included."""
+    from gradaudit.safety.protoscan import count_messages
+
+    def parsed(m) -> int:
+        n = 1
+        for field, value in m.ListFields():
+            if field.message_type is None:
+                continue
+            if hasattr(value, "ListFields"):
+                n += parsed(value)
+            elif field.message_type.GetOptions().map_entry:
+                has_message = field.message_type.fields_by_name["value"].message_type is not None
+                n += sum(1 + (parsed(value[k]) if has_message else 0) for k in value)
+            else:
+                n += sum(parsed(v) for v in value)
+        return n
+
+    with open(os.path.join(small, "saved_model.pb"), "rb") as f:
+        data = f.read()
+    assert count_messages(data, saved_model_pb2.SavedModel.DESCRIPTOR) == parsed(_proto(small)) > 100
+
+
+def test_message_count_bound_refuses_early_and_accepts_early():
+    from gradaudit.safety.protoscan import message_count_bound
+
+    bomb = empty_nodes_saved_model(1000)
+    assert message_count_bound(bomb, saved_model_pb2.SavedModel.DESCRIPTOR, 500) > 500
+    assert message_count_bound(bomb, saved_model_pb2.SavedModel.DESCRIPTOR, 2000) <= 2000
+    # a graph of one node holding a large string: few messages whatever its size
+    big = saved_model_pb2.SavedModel()
+    big.meta_graphs.add().graph_def.node.add(name="n" * 100_000)
+    assert message_count_bound(big.SerializeToString(), saved_model_pb2.SavedModel.DESCRIPTOR, 10) <= 10
+    # a length that runs past the end, or a group: what follows is counted by the bytes left, never trusted
+    past_end = b"\x12\xff\xff\x7f" + b"\x1a\x00" * 30  # meta_graphs, then saver_defs inside it
+    assert message_count_bound(past_end, saved_model_pb2.SavedModel.DESCRIPTOR, 10) > 10
+    assert message_count_bound(b"\x0b" + b"\x00" * 40, saved_model_pb2.SavedModel.DESCRIPTOR, 10) > 10
 
 
 def _pbtxt(small: str, tmp_path, name: str, text: str) -> str:

@@ -11,7 +11,9 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from ..errors import GradauditError
 from ..graph.library import Library
-from ..safety.budget import MAX_TEXT_GRAPH_BYTES, check_count_attrs, read_capped
+from ..graph.validate import RejectedGraph, check_graph, check_object_graph
+from ..safety.budget import MAX_PARSED_MESSAGES, MAX_TEXT_GRAPH_BYTES, check_count_attrs, read_capped
+from ..safety.protoscan import message_count_bound
 
 INIT_OP_KEY = "__saved_model_init_op"
 
@@ -135,6 +137,11 @@ class SavedModelFile:
         self.graph_def = self.meta_graph.graph_def
         self.library = Library(self.graph_def)
         check_count_attrs(self.graph_def, self.library.op_def)
+        try:
+            check_graph(self.graph_def, self.library)
+            check_object_graph(self.meta_graph.object_graph_def, self.library)
+        except RejectedGraph as exc:
+            raise GradauditError(f"{path}: TensorFlow would reject this graph: {exc}") from None
         self.object_graph = self.meta_graph.object_graph_def
         self._nodes = {n.name: n for n in self.graph_def.node}
         for fn in self.library.registered_gradients.values():
@@ -155,7 +162,12 @@ class SavedModelFile:
         name = "saved_model.pb"
         try:
             if os.path.exists(pb):
-                sm.ParseFromString(read_capped(pb, name))
+                data = read_capped(pb, name)
+                if message_count_bound(data, saved_model_pb2.SavedModel.DESCRIPTOR,
+                                       MAX_PARSED_MESSAGES) > MAX_PARSED_MESSAGES:
+                    raise GradauditError(f"{path}: cannot load {name}: it holds more than {MAX_PARSED_MESSAGES:,} "
+                                         "protobuf messages, the static pass's node budget; not parsed")
+                sm.ParseFromString(data)
             elif os.path.exists(pbtxt):
                 # text parses some 300 times slower than binary (in Python): a much lower cap bounds its time
                 name = "saved_model.pbtxt"
