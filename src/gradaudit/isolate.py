@@ -26,6 +26,7 @@ import atexit
 import json
 import os
 import pickle
+import re
 import select
 import shutil
 import signal
@@ -149,9 +150,16 @@ _ENV_PREFIXES = ("LC_", "PYTHON", "TF_", "XLA_", "CUDA", "NVIDIA_", "OMP_", "KMP
                  "KERAS_", "GRADAUDIT_")
 
 
+# Names that hold secrets whatever their prefix: Terraform's TF_TOKEN_<host> and TF_VAR_<name> share
+# TensorFlow's TF_ prefix.
+_ENV_SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|KEY|COOKIE|SESSION|PRIVATE|^TF_VAR_|^TF_CLI_",
+                         re.IGNORECASE)
+
+
 def child_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     source = os.environ if environ is None else environ
-    env = {k: v for k, v in source.items() if k in _ENV_KEEP or k.startswith(_ENV_PREFIXES)}
+    env = {k: v for k, v in source.items()
+           if (k in _ENV_KEEP or k.startswith(_ENV_PREFIXES)) and not _ENV_SECRET.search(k)}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     env.setdefault("GRPC_VERBOSITY", "ERROR")
     return env

@@ -112,8 +112,12 @@ def test_the_child_environment_holds_no_secrets(monkeypatch):
     env, _ = run_isolated(eval, ("dict(__import__('os').environ)",), 120.0, ())
     assert "GITHUB_TOKEN" not in env and "AWS_SECRET_ACCESS_KEY" not in env
     assert env["TF_NUM_INTEROP_THREADS"] == "1"
-    assert child_environment({"PATH": "/bin", "NPM_TOKEN": "x", "LC_ALL": "C"}) == {
-        "PATH": "/bin", "LC_ALL": "C", "TF_CPP_MIN_LOG_LEVEL": "3", "GRPC_VERBOSITY": "ERROR"}
+    # Terraform's tokens and variables share TensorFlow's TF_ prefix (the tester's leak through StringToNumber)
+    assert child_environment({"PATH": "/bin", "NPM_TOKEN": "x", "LC_ALL": "C", "TF_TOKEN_app_terraform_io": "t",
+                              "TF_VAR_db_password": "p", "TF_CLI_CONFIG_FILE": "c", "TF_NUM_INTRAOP_THREADS": "2",
+                              "PYTHON_KEYRING_BACKEND": "k"}) == {
+        "PATH": "/bin", "LC_ALL": "C", "TF_NUM_INTRAOP_THREADS": "2", "TF_CPP_MIN_LOG_LEVEL": "3",
+        "GRPC_VERBOSITY": "ERROR"}
 
 
 def test_a_result_that_is_not_data_is_refused():

@@ -160,6 +160,8 @@ class SavedModelFile:
         pb, pbtxt = os.path.join(path, "saved_model.pb"), os.path.join(path, "saved_model.pbtxt")
         sm = saved_model_pb2.SavedModel()
         name = "saved_model.pb"
+        for graph_file in (pb, pbtxt):
+            _inside(graph_file, path)
         try:
             if os.path.exists(pb):
                 data = read_capped(pb, name)
@@ -176,8 +178,7 @@ class SavedModelFile:
                 raise GradauditError(f"{path}: not a SavedModel (no saved_model.pb inside; --recursive "
                                      "searches a folder for SavedModels)")
         except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
-            raise GradauditError(f"{path}: {name} cannot be parsed ({exc.__class__.__name__}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else 'corrupt protobuf'})") from None
+            raise GradauditError(f"{path}: {name} cannot be parsed ({_where(exc)})") from None
         except RecursionError:
             raise GradauditError(f"{path}: cannot load {name}: its messages are nested too deeply "
                                  "to be parsed") from None
@@ -372,3 +373,24 @@ class SavedModelFile:
             names = [a.name for a in fdef.signature.output_arg]
         outputs = [TensorSpec(n, a.name, a.type, None) for n, a in zip(names, fdef.signature.output_arg)]
         return SignatureGraph(fname, inputs, outputs, None, fname, variables)
+
+
+def _inside(graph_file: str, folder: str) -> None:
+    """A graph file that is a link must stay inside the model folder, as assets must (GA403): a link to a file
+    elsewhere (a token, a key) would be read, and its first words shown in the parse error."""
+    if os.path.islink(graph_file):
+        target, root = os.path.realpath(graph_file), os.path.realpath(folder)
+        if os.path.commonpath([target, root]) != root:
+            raise GradauditError(f"{folder}: {os.path.basename(graph_file)} is a link to a file outside the model "
+                                 "folder; not read")
+
+
+def _where(exc: BaseException) -> str:
+    """Why a graph file does not parse, without the text it holds (a parse error quotes the offending token)."""
+    if isinstance(exc, text_format.ParseError):
+        line, column = exc.GetLine(), exc.GetColumn()
+        return f"ParseError at line {line}, column {column}" if line is not None else "ParseError"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text at byte {exc.start}"
+    return f"{exc.__class__.__name__}: corrupt protobuf"
+
