@@ -168,7 +168,7 @@ class SavedModelFile:
                 if message_count_bound(data, saved_model_pb2.SavedModel.DESCRIPTOR,
                                        MAX_PARSED_MESSAGES) > MAX_PARSED_MESSAGES:
                     raise GradauditError(f"{path}: cannot load {name}: it holds more than {MAX_PARSED_MESSAGES:,} "
-                                         "protobuf messages, the static pass's node budget; not parsed")
+                                         "protobuf messages, more than the static pass analyses; not parsed")
                 sm.ParseFromString(data)
             elif os.path.exists(pbtxt):
                 # text parses some 300 times slower than binary (in Python): a much lower cap bounds its time
