@@ -18,6 +18,9 @@ from .targets.saved_model import SignatureGraph, VariableInfo
 
 PYFUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 STOP_OPS = frozenset({"StopGradient", "PreventGradient"})
+# Cuts that make TensorFlow raise when it builds the backward of the loaded function that holds them: it builds
+# the backward of the whole signature function (nested calls included) as soon as the call runs under a tape.
+BREAKS_THE_FUNCTION = frozenset({"no-gradient", "gradient-raises"})
 
 
 @dataclass
@@ -28,6 +31,12 @@ class OpCut:
     rule: str
     blocked_pairs: set[tuple[int, int]] = field(default_factory=set)  # pairs it fully blocks (with others)
     partial_pairs: set[tuple[int, int]] = field(default_factory=set)  # pairs still connected elsewhere
+
+
+def breaks_the_function(cut: OpCut) -> bool:
+    """Whether differentiating the loaded signature raises because of this cut (a model saved without the
+    custom gradient it uses raises LookupError for its IdentityN as well)."""
+    return cut.rule in BREAKS_THE_FUNCTION or (cut.rule == "custom-gradient" and not cut.node.custom_gradient_saved)
 
 
 @dataclass
@@ -344,9 +353,16 @@ def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tup
                   cuts: dict[OpRef, OpCut], uncertain: dict[OpRef, Uncertain]) -> list[FlowEntry]:
     """One FlowEntry per (differentiable source, float output) pair, its cuts ordered by function and op."""
     by_place = sorted(cuts.items(), key=lambda kv: (kv[0].function, kv[0].op_name))
+    # TensorFlow builds the signature's backward as a whole: one op whose gradient raises (or is missing) on any
+    # path makes differentiating it raise for every pair, also those that never reach that op
+    breaking = [(ref, c) for ref, c in by_place if breaks_the_function(c)]
     flow = []
     for (i, j), pair_status in status.items():
-        blocked_by = tuple(Cut(ref, c.rule) for ref, c in by_place if (i, j) in c.blocked_pairs)
+        blocked_by = tuple(Cut(ref, c.rule) for ref, c in by_place
+                           if (i, j) in c.blocked_pairs or (breaking and breaks_the_function(c)))
+        if breaking:
+            flow.append(FlowEntry(sources[i].name, outputs[j].name, "blocked", blocked_by, raises=True))
+            continue
         unknown_by = tuple(sorted((ref for ref, u in uncertain.items() if (i, j) in u.pairs),
                                   key=lambda r: (r.function, r.op_name)))
         partial_by = tuple(Cut(ref, c.rule) for ref, c in by_place

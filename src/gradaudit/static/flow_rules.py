@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..flow import PYFUNC_OPS
+from ..flow import PYFUNC_OPS, breaks_the_function
 from ..graph.dtypes import carries_gradient, dtype_name
 from ..model import Finding, Severity
 from ..rules.flow import (
@@ -72,10 +72,6 @@ _REASONS = {
 }
 
 
-# Cuts that make TensorFlow raise when it builds the backward of the loaded function that holds them.
-_BREAKS_THE_FUNCTION = frozenset({"no-gradient", "gradient-raises"})
-
-
 def _pairs(analysis, pairs: set[tuple[int, int]]) -> str:
     """`from x, w to y` for a set of (source, output) index pairs, grouped by output set."""
     by_outputs: dict[tuple[int, ...], list[int]] = {}
@@ -140,9 +136,10 @@ def _cut_message(analysis, ref, cut, dead: bool) -> str:
                      f"carry one {_pairs(analysis, cut.partial_pairs)}, so the gradient misses this path's "
                      "part")
     msg = f"{ref.label}: {reason}; {' '.join(parts)}"
-    if cut.rule in _BREAKS_THE_FUNCTION:
-        msg += (f"; a loaded model builds the backward of {ref.function} as a whole, so differentiating it "
-                "raises for every source of that function, not only these")
+    if breaks_the_function(cut):
+        msg += ("; TensorFlow builds the backward of the loaded signature as a whole (nested functions "
+                f"included), so differentiating it raises for every pair of the signature, not only these: "
+                "their flow status is blocked (raises)")
     return msg
 
 
