@@ -39,6 +39,14 @@ def breaks_the_function(cut: OpCut) -> bool:
     return cut.rule in BREAKS_THE_FUNCTION or (cut.rule == "custom-gradient" and not cut.node.custom_gradient_saved)
 
 
+@dataclass(frozen=True)
+class UncapturedVariable:
+    """A trainable variable the audited signature does not capture, and the other entry points that do."""
+
+    variable: VariableInfo
+    read_by: tuple[str, ...] = ()
+
+
 @dataclass
 class Uncertain:
     """An op whose gradient cannot be known here, and the (source, output) pairs whose paths it lies on."""
@@ -63,7 +71,7 @@ class StaticAnalysis:
     to_output_grad: list[int]  # outputs each node reaches along edges that carry (or may carry) a gradient
     flow: list[FlowEntry]
     cuts: dict[OpRef, OpCut]
-    uncaptured_trainable: list[VariableInfo]
+    uncaptured_trainable: list[UncapturedVariable]
     gradient_functions: dict[str, str]  # gradient_op_type -> saved gradient function
     model: AuditTarget
     signature: SignatureGraph
@@ -371,14 +379,14 @@ def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tup
     return flow
 
 
-def _uncaptured_trainable(model: AuditTarget, sig: SignatureGraph) -> list[VariableInfo]:
-    """Trainable variables of the model that this signature does not capture, nor any other entry point."""
+def _uncaptured_trainable(model: AuditTarget, sig: SignatureGraph) -> list[UncapturedVariable]:
+    """Trainable variables of the saved object that this signature does not capture: training through it gives
+    them no gradient (Keras: "Gradients do not exist for variables"), with the other entry points that read
+    them."""
     captured = {v.name for v in sig.variables.values()}
-    uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]
-    if uncaptured and hasattr(model, "entry_point_variables"):  # used by another signature or saved function
-        elsewhere = model.entry_point_variables()
-        uncaptured = [v for v in uncaptured if v.name not in elsewhere]
-    return list({v.name: v for v in uncaptured}.values())
+    uncaptured = {v.name: v for v in model.all_variables() if v.trainable and v.name not in captured}
+    readers = model.entry_point_readers() if uncaptured and hasattr(model, "entry_point_readers") else {}
+    return [UncapturedVariable(v, tuple(sorted(readers.get(name, set()) - {sig.key}))) for name, v in uncaptured.items()]
 
 
 def _uncertain_pairs(g: Dataflow, masks: ReachMasks, source_tensor: dict[int, int],

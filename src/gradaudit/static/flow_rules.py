@@ -184,10 +184,20 @@ def _disconnected_variable_findings(analysis) -> list:
                         "gradient" if others else "reaches no output of the signature")
             findings.append(DisconnectedSource.finding(
                 f"trainable variable {src.name} {where_to}: it never gets a gradient", sources=[src.name]))
-    for v in analysis.uncaptured_trainable:
-        findings.append(DisconnectedSource.finding(
-            f"trainable variable {v.name} is not used by the audited signature: it never gets a gradient "
-            "from it", sources=[v.name]))
+    for u in analysis.uncaptured_trainable:
+        name = u.variable.name
+        if u.read_by:  # another entry point reads it: not dead, but training through this one leaves it out
+            findings.append(DisconnectedSource.finding(
+                f"trainable variable {name} is not read by the audited signature (only by {_names(list(u.read_by))}): "
+                "training through this signature gives it no gradient (Keras: \"Gradients do not exist for "
+                "variables\")", sources=[name], severity=Severity.INFO,
+                fix=f"Nothing to do if it is meant to be trained through {_names(list(u.read_by))}; audit that "
+                    "entry point too (--all-signatures, --signature)."))
+        else:
+            findings.append(DisconnectedSource.finding(
+                f"trainable variable {name} of the saved object is read neither by the audited signature nor by "
+                "any other entry point (Keras' own layer traces aside): training through this signature gives it "
+                "no gradient (Keras: \"Gradients do not exist for variables\")", sources=[name]))
     return findings
 
 
