@@ -341,7 +341,8 @@ def _variable_write_findings(analysis) -> list:
         srcs, outs = analysis.source_names(written), analysis.output_names(out)
         findings.append(WritesVariable.finding(
             f"{node.ref.label} writes trainable variable(s) {_names(srcs)} when the signature runs: every call "
-            f"changes the model, and the gradient to {_names(outs) or 'its outputs'} is taken through the value "
-            "read after the write, so a numeric difference for these variables is expected", op=node.ref,
+            "changes the deployed weights (a serving signature must not write them), and the gradient to "
+            f"{_names(outs) or 'its outputs'} is taken through the value read after the write, so a numeric "
+            "difference for these variables is expected", op=node.ref,
             sources=srcs, outputs=outs))
     return findings
