@@ -31,6 +31,10 @@ class OpCut:
     rule: str
     blocked_pairs: set[tuple[int, int]] = field(default_factory=set)  # pairs it fully blocks (with others)
     partial_pairs: set[tuple[int, int]] = field(default_factory=set)  # pairs still connected elsewhere
+    # the op's value is piecewise constant in the inputs it cuts (an integer result, or measured on its kernel):
+    # the true derivative along the cut path is zero almost everywhere. False: smooth there (TensorFlow does
+    # not implement that derivative); None: not known
+    piecewise: bool | None = None
 
 
 def breaks_the_function(cut: OpCut) -> bool:
@@ -132,12 +136,54 @@ def cut_rule(node: OpNode, g: Dataflow) -> str:
 _EXACT_STOP_SCOPES = ("moments", "ReduceLogSumExp", "reduce_logsumexp")
 
 
-def _exact_stop(node: OpNode) -> bool:
+def _exact_stop(node: OpNode, g: Dataflow) -> bool:
     name = node.ref.op_name
-    if node.ref.op_type != "StopGradient" or "/" not in name:
+    if node.ref.op_type != "StopGradient":
+        return False
+    if _shift_added_back(node, g):
+        return True
+    if "/" not in name:
         return False
     scope = name.rsplit("/", 2)[-2]
     return any(scope == s or scope.startswith(s + "_") for s in _EXACT_STOP_SCOPES)
+
+
+# Ops a shift passes through unchanged in value (reshaped, broadcast, selected where finite)
+_PASS_THROUGH = frozenset({"Identity", "Reshape", "ExpandDims", "Squeeze", "SelectV2", "Select", "BroadcastTo",
+                           "StopGradient"})
+
+
+def _shift_added_back(node: OpNode, g: Dataflow) -> bool:
+    """The logsumexp trick, whoever wrote it: s = stop_gradient(max(z)) is subtracted from z and added back to
+    the result (log(sum(exp(z - s))) + s). The result does not depend on s, so the path through s carries a
+    true derivative of zero and the stop loses nothing."""
+    def from_max(t: int, depth: int) -> bool:
+        for p in g.producers(t):
+            op = g.ops[p]
+            if op.ref.op_type == "Max":
+                return True
+            if depth and op.ref.op_type in _PASS_THROUGH and any(
+                    from_max(u, depth - 1) for u, f in op.inputs if f & VALUE and carries_gradient(g.dtype[u])):
+                return True
+        return False
+
+    if not node.outputs or not any(from_max(t, 4) for t, f in node.inputs if f & VALUE):
+        return False
+    subtracted = added = False
+    stack, seen = list(node.outputs), set[int]()
+    while stack:
+        t = stack.pop()
+        if t in seen or len(seen) > 64:
+            continue
+        seen.add(t)
+        for op_id, k in g.consumers(t):
+            op = g.ops[op_id]
+            kind = op.ref.op_type
+            subtracted |= kind == "Sub" and k == 1
+            added |= kind in ("Add", "AddV2")
+            if kind in _PASS_THROUGH:
+                stack.extend(op.outputs)
+    return subtracted and added
 
 
 def _shadowed(g: Dataflow, tiers, output_tensor: dict[int, int]) -> set[tuple[int, int]]:
@@ -221,7 +267,7 @@ def _analyse(model: AuditTarget, sig: SignatureGraph, oracle: GradientOracle, bu
     for u in uncertain.values():
         for pair in u.pairs:
             status[pair] = "unknown"
-    cuts = _cuts(g, masks, status, source_tensor, output_tensor)
+    cuts = _cuts(g, masks, status, source_tensor, output_tensor, oracle)
     flow = _flow_entries(sources, outputs, status, cuts, uncertain)
     return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, other_output_tensor,
                           masks.reach_value, masks.reach_grad, masks.to_output_value, masks.to_output_grad,
@@ -296,7 +342,7 @@ def _cut_sources(g: Dataflow, masks: ReachMasks, node: OpNode, op_id: int) -> in
                 value |= masks.reach_value[t]
         for t in node.dead_inputs:
             src |= masks.reach_grad[t] & value
-    elif not _exact_stop(node):
+    elif not _exact_stop(node, g):
         for t, f in node.inputs:
             if f & VALUE and not f & GRADIENT_EDGES and carries_gradient(g.dtype[t]):  # shape reads: no cut
                 src |= masks.reach_grad[t]
@@ -341,7 +387,7 @@ def _cut_candidates(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int]
 
 
 def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str], source_tensor: dict[int, int],
-          output_tensor: dict[int, int]) -> dict[OpRef, OpCut]:
+          output_tensor: dict[int, int], oracle: GradientOracle) -> dict[OpRef, OpCut]:
     """Each pair's cuts: its first non-empty tier of candidates, without those another candidate shadows."""
     tiers = _cut_candidates(g, masks, status, source_tensor, output_tensor)
     shadowed = _shadowed(g, tiers, output_tensor)
@@ -351,10 +397,32 @@ def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str], so
             if nodes:
                 kept = [n for n in nodes if (id(n), j) not in shadowed] or nodes
                 for node in kept:
-                    cut = cuts.get(node.ref) or cuts.setdefault(node.ref, OpCut(node, cut_rule(node, g)))
+                    cut = cuts.get(node.ref) or cuts.setdefault(node.ref, _new_cut(node, g, oracle))
                     (cut.blocked_pairs if status[i, j] == "blocked" else cut.partial_pairs).add((i, j))
                 break
     return cuts
+
+
+def _new_cut(node: OpNode, g: Dataflow, oracle: GradientOracle) -> OpCut:
+    """The cut's rule, and whether its op is piecewise constant where it cuts: an integer result always is; a
+    float op whose registered gradient gives an input none is asked of its own kernel. One that is smooth
+    there (Betainc's a and b) is not piecewise constant: TensorFlow does not implement that derivative."""
+    rule = cut_rule(node, g)
+    if rule == "integer-path":
+        return OpCut(node, rule, piecewise=True)
+    if rule != "zero-gradient":
+        return OpCut(node, rule)
+    if not any(carries_gradient(g.dtype[o]) for o in node.outputs):
+        return OpCut(node, rule, piecewise=True)
+    cut_inputs = [k for k, (t, f) in enumerate(node.inputs)
+                  if f & VALUE and not f & GRADIENT_EDGES and carries_gradient(g.dtype[t])]
+    flat = oracle.flat_inputs(node.ref.op_type, tuple(g.dtype[t] for t, _ in node.inputs),
+                              tuple(g.dtype[o] for o in node.outputs), node.attrs or {},
+                              tuple(g.shape.get(t) for t, _ in node.inputs)) if node.attrs is not None else ()
+    measured = [flat[k] for k in cut_inputs if k < len(flat)]
+    if measured and any(m is False for m in measured):
+        return OpCut(node, "not-differentiable", piecewise=False)
+    return OpCut(node, rule, piecewise=True if measured and all(measured) else None)
 
 
 def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tuple[int, int], str],
@@ -386,7 +454,8 @@ def _uncaptured_trainable(model: AuditTarget, sig: SignatureGraph) -> list[Uncap
     captured = {v.name for v in sig.variables.values()}
     uncaptured = {v.name: v for v in model.all_variables() if v.trainable and v.name not in captured}
     readers = model.entry_point_readers() if uncaptured and hasattr(model, "entry_point_readers") else {}
-    return [UncapturedVariable(v, tuple(sorted(readers.get(name, set()) - {sig.key}))) for name, v in uncaptured.items()]
+    return [UncapturedVariable(v, tuple(sorted(readers.get(name, set()) - {sig.key})))
+            for name, v in uncaptured.items()]
 
 
 def _uncertain_pairs(g: Dataflow, masks: ReachMasks, source_tensor: dict[int, int],

@@ -59,6 +59,14 @@ _REASONS = {
     "no-gradient": "{t} has no registered gradient: differentiating through it raises LookupError",
     "not-differentiable": "{t} is registered with tf.NotDifferentiable: no gradient flows through it",
     "zero-gradient": "{t} is piecewise constant: its registered gradient is None or zero",
+    "zero-gradient-unmeasured": "{t}'s registered gradient gives the input this path enters by None or zero "
+                                "(whether its value is piecewise constant there could not be measured)",
+    "not-implemented": "{t} is smooth in the input this path enters by (its value moves with it), but the gradient "
+                       "TensorFlow registered for it gives that input none: TensorFlow does not implement this "
+                       "derivative",
+    "activation-backward": "{t} is the backward of a piecewise-linear activation: it is piecewise constant in "
+                           "the activation's input, so the true derivative through it is zero almost everywhere "
+                           "and TensorFlow's zero gradient there is exact",
     "integer-path": "{t} converts a float value to {dtype}: gradients stop at integer and bool tensors",
     "py-function": "{t} runs a Python function that is not saved with the model",
     "stop-gradient": "{t} (tf.stop_gradient) stops the gradient",
@@ -103,8 +111,16 @@ def check(analysis) -> list:
 _RULE_BY_SLUG = {r.slug: r for r in RULES}
 
 
+def _activation_backward(cut) -> bool:
+    """A gradient kernel (ReluGrad, LeakyReluGrad, ...) that is piecewise constant in its forward input: the
+    second derivative of a piecewise-linear activation, which is zero almost everywhere (a gradient penalty)."""
+    return cut.piecewise is True and cut.node.ref.op_type.endswith("Grad")
+
+
 def _cut_finding(analysis, ref, cut) -> Finding:
-    """The finding of an op that cuts (source, output) pairs, blocked or in part, with the cut's own rule."""
+    """The finding of an op that cuts (source, output) pairs, blocked or in part, with the cut's own rule. Where
+    the true derivative along the cut is zero (the op is piecewise constant there) a partial cut loses nothing
+    and is info; so is the backward of a piecewise-linear activation, blocked or not."""
     pairs = cut.blocked_pairs | cut.partial_pairs
     srcs = analysis.source_names(sum({1 << i for i, _ in pairs}))
     outs = analysis.output_names(sum({1 << j for _, j in pairs}))
@@ -113,11 +129,33 @@ def _cut_finding(analysis, ref, cut) -> Finding:
     severity = Severity.ERROR if cut.rule == "custom-gradient" else None
     if not cut.blocked_pairs and rule_.partial_severity is not None:
         severity = rule_.partial_severity  # the same whatever cuts it: round(x) or float(int(x))
+    if _activation_backward(cut) or (cut.piecewise is True and not cut.blocked_pairs):
+        severity = Severity.INFO
     fix = ("Make the gradient function return dy times the derivative for every input the output "
            "depends on (dy * f'(x)); return a zero gradient only through tf.stop_gradient in the "
            "forward pass.") if dead else None
+    if cut.piecewise is False:
+        fix = ("Differentiate only through the inputs TensorFlow implements, or give the op a gradient for this "
+               "input (tf.custom_gradient, from a series or a finite difference); no smooth surrogate is needed: "
+               "the op is not piecewise constant.")
+    elif _activation_backward(cut):
+        fix = "Nothing to do: the zero is the true derivative (a gradient penalty through ReLU-like activations)."
+    elif cut.piecewise is True and not cut.blocked_pairs:
+        fix = "Nothing to do for the gradient: the cut path's true derivative is zero almost everywhere."
     return rule_.finding(_cut_message(analysis, ref, cut, dead), op=ref, sources=srcs, outputs=outs,
                          severity=severity, fix=fix)
+
+
+def _reason_key(cut, dead: bool) -> str:
+    if dead:
+        return "custom-gradient-dead"
+    if cut.piecewise is False:
+        return "not-implemented"
+    if _activation_backward(cut):
+        return "activation-backward"
+    if cut.rule == "zero-gradient" and cut.piecewise is None:
+        return "zero-gradient-unmeasured"
+    return cut.rule
 
 
 def _cut_message(analysis, ref, cut, dead: bool) -> str:
@@ -125,20 +163,24 @@ def _cut_message(analysis, ref, cut, dead: bool) -> str:
     TensorFlow raise, that the whole function's backward fails."""
     g = analysis.graph
     out_dtypes = {dtype_name(g.dtype[o]) for o in cut.node.outputs if not carries_gradient(g.dtype[o])}
-    reason = _REASONS["custom-gradient-dead" if dead else cut.rule].format(
+    reason = _REASONS[_reason_key(cut, dead)].format(
         t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
         fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error)
     parts = []
     if cut.blocked_pairs:
         parts.append(f"it cuts the gradient {_pairs(analysis, cut.blocked_pairs)}")
     if cut.partial_pairs:
+        if cut.piecewise is True:
+            part = ("but that path's true derivative is zero almost everywhere (the value is piecewise constant "
+                    "there), so the gradient misses nothing except at its jumps")
+        else:
+            part = "so the gradient misses this path's part"
         parts.append(("and " if parts else "it ") + "cuts one path of the gradient while other paths still "
-                     f"carry one {_pairs(analysis, cut.partial_pairs)}, so the gradient misses this path's "
-                     "part")
+                     f"carry one {_pairs(analysis, cut.partial_pairs)}, {part}")
     msg = f"{ref.label}: {reason}; {' '.join(parts)}"
     if breaks_the_function(cut):
         msg += ("; TensorFlow builds the backward of the loaded signature as a whole (nested functions "
-                f"included), so differentiating it raises for every pair of the signature, not only these: "
+                "included), so differentiating it raises for every pair of the signature, not only these: "
                 "their flow status is blocked (raises)")
     return msg
 
