@@ -267,7 +267,7 @@ def _analyse(model: AuditTarget, sig: SignatureGraph, oracle: GradientOracle, bu
     for u in uncertain.values():
         for pair in u.pairs:
             status[pair] = "unknown"
-    cuts = _cuts(g, masks, status, source_tensor, output_tensor, oracle)
+    cuts = _cuts(g, masks, status, source_tensor, output_tensor, _node_attrs(model, sig, oracle))
     flow = _flow_entries(sources, outputs, status, cuts, uncertain)
     return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, other_output_tensor,
                           masks.reach_value, masks.reach_grad, masks.to_output_value, masks.to_output_grad,
@@ -387,7 +387,7 @@ def _cut_candidates(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int]
 
 
 def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str], source_tensor: dict[int, int],
-          output_tensor: dict[int, int], oracle: GradientOracle) -> dict[OpRef, OpCut]:
+          output_tensor: dict[int, int], flat: Callable[[OpNode, Dataflow], tuple]) -> dict[OpRef, OpCut]:
     """Each pair's cuts: its first non-empty tier of candidates, without those another candidate shadows."""
     tiers = _cut_candidates(g, masks, status, source_tensor, output_tensor)
     shadowed = _shadowed(g, tiers, output_tensor)
@@ -397,16 +397,16 @@ def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str], so
             if nodes:
                 kept = [n for n in nodes if (id(n), j) not in shadowed] or nodes
                 for node in kept:
-                    cut = cuts.get(node.ref) or cuts.setdefault(node.ref, _new_cut(node, g, oracle))
+                    cut = cuts.get(node.ref) or cuts.setdefault(node.ref, _new_cut(node, g, flat))
                     (cut.blocked_pairs if status[i, j] == "blocked" else cut.partial_pairs).add((i, j))
                 break
     return cuts
 
 
-def _new_cut(node: OpNode, g: Dataflow, oracle: GradientOracle) -> OpCut:
+def _new_cut(node: OpNode, g: Dataflow, flat: Callable[[OpNode, Dataflow], tuple]) -> OpCut:
     """The cut's rule, and whether its op is piecewise constant where it cuts: an integer result always is; a
-    float op whose registered gradient gives an input none is asked of its own kernel. One that is smooth
-    there (Betainc's a and b) is not piecewise constant: TensorFlow does not implement that derivative."""
+    float op whose registered gradient gives an input none is asked of its own kernel (`flat`). One that is
+    smooth there (Betainc's a and b) is not piecewise constant: TensorFlow does not implement that derivative."""
     rule = cut_rule(node, g)
     if rule == "integer-path":
         return OpCut(node, rule, piecewise=True)
@@ -416,13 +416,31 @@ def _new_cut(node: OpNode, g: Dataflow, oracle: GradientOracle) -> OpCut:
         return OpCut(node, rule, piecewise=True)
     cut_inputs = [k for k, (t, f) in enumerate(node.inputs)
                   if f & VALUE and not f & GRADIENT_EDGES and carries_gradient(g.dtype[t])]
-    flat = oracle.flat_inputs(node.ref.op_type, tuple(g.dtype[t] for t, _ in node.inputs),
-                              tuple(g.dtype[o] for o in node.outputs), node.attrs or {},
-                              tuple(g.shape.get(t) for t, _ in node.inputs)) if node.attrs is not None else ()
-    measured = [flat[k] for k in cut_inputs if k < len(flat)]
+    per_input = flat(node, g)
+    measured = [per_input[k] for k in cut_inputs if k < len(per_input)]
     if measured and any(m is False for m in measured):
         return OpCut(node, "not-differentiable", piecewise=False)
     return OpCut(node, rule, piecewise=True if measured and all(measured) else None)
+
+
+def _node_attrs(model: AuditTarget, sig: SignatureGraph, oracle: GradientOracle) -> Callable[[OpNode, Dataflow], tuple]:
+    """Per input of a cut op: is its value piecewise constant there (GradientOracle.flat_inputs), the op's
+    attributes read from its NodeDef in the model (looked up only for the few ops that cut)."""
+    by_name: dict[str, dict] = {}
+
+    def flat(node: OpNode, g: Dataflow) -> tuple:
+        ref = node.ref
+        if ref.function not in by_name:
+            fdef = model.library.functions.get(ref.function)
+            by_name[ref.function] = {n.name: n for n in (fdef.node_def if fdef is not None else (sig.nodes or []))}
+        nd = by_name[ref.function].get(ref.op_name)
+        if nd is None:
+            return ()
+        return oracle.flat_inputs(ref.op_type, tuple(g.dtype[t] for t, _ in node.inputs),
+                                  tuple(g.dtype[o] for o in node.outputs), nd.attr,
+                                  tuple(g.shape.get(t) for t, _ in node.inputs))
+
+    return flat
 
 
 def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tuple[int, int], str],

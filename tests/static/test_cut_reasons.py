@@ -124,3 +124,18 @@ def test_a_hand_written_logsumexp_shift_is_exact(tmp_path):
     report = audit_saved_model(path, AuditOptions(static_only=True))
     stops = [f for f in report.findings if f.rule == "stop-gradient"]
     assert [f.outputs for f in stops] == [("e",)]
+
+
+def test_the_analysis_of_a_measured_cut_still_travels_to_the_child(tmp_path):
+    """The child that runs the model receives the parent's static pass: it must pickle (no protobuf maps)."""
+    import pickle
+
+    from gradaudit.flow import analyse
+    from gradaudit.graph.gradients import GradientOracle
+    from gradaudit.targets.saved_model import SavedModelFile
+
+    path = _model(tmp_path, "round", lambda m, x: {"y": x * m.w + tf.round(x)})
+    target = SavedModelFile(path)
+    analysis = analyse(target, target.signature("serving_default"), GradientOracle())
+    assert [c.piecewise for c in analysis.cuts.values()] == [True]
+    assert pickle.loads(pickle.dumps(analysis)).cuts.keys() == analysis.cuts.keys()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from tensorflow.python.framework import tensor_util
 
@@ -54,7 +54,6 @@ class OpNode:
     known: bool = True
     uncertain: str | None = None  # why whether a gradient passes this op cannot be known (MAYBE edges)
     grad_error: str | None = None  # the registered gradient function raises: TensorFlow's message
-    attrs: Any = None  # the NodeDef's attr map (the oracle builds replicas of cut ops from it)
 
 
 @dataclass
@@ -531,7 +530,7 @@ class DataflowBuilder:
             g.edge(op_id, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
             g.producer[o] = op_id
         g.ops[op_id] = OpNode(ref, op_inputs, list(outputs), kind, known=layout.known,
-                              uncertain=uncertain if maybe else None, grad_error=grad_error, attrs=node.attr)
+                              uncertain=uncertain if maybe else None, grad_error=grad_error)
         if op_type == "Const" and outputs:
             number = _scalar_const(node)
             if number is not None:

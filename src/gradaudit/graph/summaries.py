@@ -319,7 +319,7 @@ def _assemble(instances: list[Instance], budget: Budget) -> tuple[Dataflow, Reac
             g.ops[to[op_id]] = OpNode(node.ref, [(to[t], f) for t, f in node.inputs], [to[o] for o in node.outputs],
                                       node.grad_kind, node.custom_gradient, node.custom_gradient_saved,
                                       tuple(to[t] for t in node.dead_inputs), node.known, node.uncertain,
-                                      node.grad_error, node.attrs)
+                                      node.grad_error)
         for t, op_id in body.producer.items():
             g.producer[to[t]] = to[op_id]
         for t, number in body.const_value.items():
