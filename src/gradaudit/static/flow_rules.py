@@ -199,7 +199,7 @@ def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
             reported.add(("py-function", ref))
         elif node.custom_gradient and node.custom_gradient_saved and ("custom-gradient", ref) not in reported:
             src, out = analysis.op_masks(node, grad=True)
-            if src and out:
+            if src and out and not tensorflow_own_custom_gradient(analysis.graph, node):
                 findings.append(CustomGradient.finding(
                     f"{ref.label}: custom gradient {node.custom_gradient} replaces the op's gradient "
                     f"(saved as {analysis.gradient_functions.get(node.custom_gradient, '?')}); check it "
@@ -209,6 +209,27 @@ def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
                         "(use --order 2 for its second derivative)."))
                 reported.add(("custom-gradient", ref))
     return findings
+
+
+def _producer_op(g, t: int):
+    ps = g.producers(t)
+    return g.ops[ps[0]] if len(ps) == 1 else None
+
+
+def tensorflow_own_custom_gradient(g, node) -> str | None:
+    """The TensorFlow API whose own tf.custom_gradient this is, recognised by the forward it saves, or None.
+    tf.nn.silu (swish) saves IdentityN(x * sigmoid(beta * x), x, beta) with a Const `beta`: TensorFlow's code,
+    not the user's (the numeric checks still compare it with finite differences)."""
+    if node.ref.op_type != "IdentityN" or len(node.inputs) != 3:
+        return None
+    beta = _producer_op(g, node.inputs[2][0])
+    value = _producer_op(g, node.inputs[0][0])
+    if beta is None or value is None or beta.ref.op_type != "Const" or beta.ref.op_name.rsplit("/", 1)[-1] != "beta":
+        return None
+    if value.ref.op_type != "Mul":
+        return None
+    factors = [_producer_op(g, t) for t, _ in value.inputs]
+    return "tf.nn.silu" if any(f is not None and f.ref.op_type == "Sigmoid" for f in factors) else None
 
 
 def _disconnected_variable_findings(analysis) -> list:
