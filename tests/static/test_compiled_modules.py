@@ -35,10 +35,14 @@ def test_results_of_one_module_that_read_half_the_arguments_are_disconnected_fro
 
 def test_a_stop_gradient_inside_the_module_blocks_its_parameter():
     truth = _truth("jax_stop_gradient_param")
-    flow = _flow(audit_saved_model(os.path.join(THIRDPARTY, "jax_stop_gradient_param"),
-                                   AuditOptions(static_only=True)))
+    report = audit_saved_model(os.path.join(THIRDPARTY, "jax_stop_gradient_param"), AuditOptions(static_only=True))
+    flow = _flow(report)
     for pair, t in truth.items():
         assert flow[pair].status == ("connected" if t == "nonzero" else "blocked"), (pair, t)
+    [f] = [f for f in report.findings if f.rule == "custom-gradient"]
+    assert f.severity.value == "error" and f.sources == ("act/w",)
+    assert "compiled module" in f.message and "stop_gradient" in f.message
+    assert "Make the gradient function" not in f.fix and "export again" in f.fix
 
 
 def test_a_module_that_cannot_be_read_is_unknown_not_connected(tmp_path):

@@ -72,6 +72,10 @@ _REASONS = {
     "stop-gradient": "{t} (tf.stop_gradient) stops the gradient",
     "custom-gradient": "the custom gradient {cg} of {t} was not saved with the model: differentiating "
                        "the loaded model raises LookupError",
+    "compiled-gradient-dead": "the saved gradient of the compiled module (XlaCallModule '{module}' in {fn}, the "
+                              "custom gradient {cg} of {t}) gives an input this output depends on exactly zero: "
+                              "a stop_gradient in the exported program (lax.stop_gradient) or a custom VJP that "
+                              "returns zeros",
     "custom-gradient-dead": "the custom gradient {cg} of {t} (saved as {fn}) returns, for an input this "
                             "output depends on, None, zeros or a value that ignores the incoming gradient "
                             "dy: that gradient is always zero or wrong",
@@ -134,6 +138,10 @@ def _cut_finding(analysis, ref, cut) -> Finding:
     fix = ("Make the gradient function return dy times the derivative for every input the output "
            "depends on (dy * f'(x)); return a zero gradient only through tf.stop_gradient in the "
            "forward pass.") if dead else None
+    if dead and _compiled_module(analysis, cut):
+        fix = ("If the cut is intended (a stop_gradient in the exported program), keep it and suppress this "
+               "finding; otherwise remove the stop_gradient or fix the custom VJP in the exported function and "
+               "export again.")
     if cut.piecewise is False:
         fix = ("Differentiate only through the inputs TensorFlow implements, or give the op a gradient for this "
                "input (tf.custom_gradient, from a series or a finite difference); no smooth surrogate is needed: "
@@ -144,6 +152,12 @@ def _cut_finding(analysis, ref, cut) -> Finding:
         fix = "Nothing to do for the gradient: the cut path's true derivative is zero almost everywhere."
     return rule_.finding(_cut_message(analysis, ref, cut, dead), op=ref, sources=srcs, outputs=outs,
                          severity=severity, fix=fix)
+
+
+def _compiled_module(analysis, cut) -> str | None:
+    """The compiled module (XlaCallModule) a saved custom gradient's function runs, if it runs one."""
+    fdef = analysis.model.library.functions.get(analysis.gradient_functions.get(cut.node.custom_gradient or "", ""))
+    return next((n.name for n in fdef.node_def if n.op == "XlaCallModule"), None) if fdef is not None else None
 
 
 def _reason_key(cut, dead: bool) -> str:
@@ -163,9 +177,11 @@ def _cut_message(analysis, ref, cut, dead: bool) -> str:
     TensorFlow raise, that the whole function's backward fails."""
     g = analysis.graph
     out_dtypes = {dtype_name(g.dtype[o]) for o in cut.node.outputs if not carries_gradient(g.dtype[o])}
-    reason = _REASONS[_reason_key(cut, dead)].format(
+    module = _compiled_module(analysis, cut) if dead else None
+    reason = _REASONS["compiled-gradient-dead" if module else _reason_key(cut, dead)].format(
         t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
-        fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error)
+        fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error,
+        module=module)
     parts = []
     if cut.blocked_pairs:
         parts.append(f"it cuts the gradient {_pairs(analysis, cut.blocked_pairs)}")
