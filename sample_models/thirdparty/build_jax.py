@@ -118,6 +118,12 @@ MODELS = {
 
 
 EMBEDDING = "jax_embedding"  # (params, ids, x): its own signature, built by _export_embedding
+TWO_HEADS = "jax_two_heads"  # (params, x, z) -> (a, c) in one module: built by build_two_heads
+
+
+def two_heads(params, x, z):
+    """Two results of one compiled module, each reading half of the arguments: a = tanh(x @ w), c = z @ v."""
+    return jnp.tanh(x @ params["w"]), z @ params["v"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,6 +183,32 @@ def build_embedding(out_dir=HERE):
     return path, doc
 
 
+def build_two_heads(out_dir=HERE):
+    """One XlaCallModule with two results: a reads x and w only, c reads z and v only, so x, w -> c and
+    z, v -> a have no path although every pair runs through the same op."""
+    path = os.path.join(out_dir, TWO_HEADS)
+    rng = np.random.default_rng(42)
+    module = tf.Module()
+    module.params = {k: tf.Variable(rng.normal(0.0, 0.5, size=(4, 2)).astype(np.float32), name=f"heads/{k}")
+                     for k in ("w", "v")}
+    converted = jax2tf.convert(two_heads, with_gradient=True, polymorphic_shapes=[None, "(b, 4)", "(b, 4)"])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x"),
+                                  tf.TensorSpec([None, 4], tf.float32, name="z")], autograph=False)
+    def serve(x, z):
+        a, c = converted(module.params, x, z)
+        return {"a": a, "c": c}
+
+    module.serve = serve
+    tf.saved_model.save(module, path, signatures={"serving_default": serve.get_concrete_function()}, options=_SAVE)
+    data = np.random.default_rng(9)
+    doc = write_truth(path, {"serving_default": {
+        "x": (data.normal(size=(BATCH, 4)).astype(np.float32), "real, N(0, 1)"),
+        "z": (data.normal(size=(BATCH, 4)).astype(np.float32), "real, N(0, 1)")}},
+        LIBRARY, os.path.basename(__file__), notes=build_two_heads.__doc__.strip().splitlines()[0])
+    return path, doc
+
+
 def _gradient_error(name, export_dir, x):
     """Relative error of the loaded model's gradients against JAX's derivative of the true function."""
     kind, _, true_fn, _, _ = MODELS[name]
@@ -224,9 +256,9 @@ def build(name, out_dir=HERE):
 
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else HERE
-    for n in (sys.argv[2:] or list(MODELS) + [EMBEDDING]):
-        if n == EMBEDDING:
-            p, d = build_embedding(out)
+    for n in (sys.argv[2:] or list(MODELS) + [EMBEDDING, TWO_HEADS]):
+        if n in (EMBEDDING, TWO_HEADS):
+            p, d = (build_embedding if n == EMBEDDING else build_two_heads)(out)
             print(p, table(d))
             continue
         p, d = build(n, out)

@@ -53,10 +53,52 @@ def gru_unmasked():
     return _text(keras.layers.GRU, False)
 
 
-MODELS = {"tfkeras_lstm_masked": lstm_masked, "tfkeras_gru_unmasked": gru_unmasked}
+class _TrainingHead(keras.Model):
+    def __init__(self):
+        super().__init__(name="net")
+        self.body = keras.layers.Dense(3, name="body")
+        self.aux = keras.layers.Dense(3, name="aux")
+
+    def call(self, inputs, training=None):
+        h = self.body(inputs)
+        if training:  # an auxiliary head used only in training (Inception-style)
+            h = h + self.aux(inputs)
+        return h
+
+
+def training_head():
+    """tf-keras subclassed model saved whole (``tf.saved_model.save(model)``): Dense ``body`` always, Dense
+    ``aux`` added only when ``training=True``; float32 ``input_1`` [None, 4] -> ``output_1``.
+
+    The serving signature (inference) never reads aux/kernel, aux/bias: training through it gives them no
+    gradient (Keras: "Gradients do not exist for variables"). Only Keras' own per-layer and training-mode
+    traces (``call_and_return_all_conditional_losses``) capture them.
+    """
+    keras.utils.set_random_seed(4)
+    model = _TrainingHead()
+    model(tf.ones([1, 4]))
+    model(tf.ones([1, 4]), training=True)
+    return model
+
+
+MODELS = {"tfkeras_lstm_masked": lstm_masked, "tfkeras_gru_unmasked": gru_unmasked,
+          "tfkeras_training_head": training_head}
+SAVED_WHOLE = {"tfkeras_training_head"}  # tf.saved_model.save(model): Keras writes its own traces too
+
+
+def _build_whole(name, out_dir):
+    model = MODELS[name]()
+    path = os.path.join(out_dir, name)
+    tf.saved_model.save(model, path)
+    x = np.random.default_rng(12).normal(size=(3, 4)).astype(np.float32)
+    doc = write_truth(path, {"serving_default": {"input_1": (x, "real, N(0, 1)")}}, LIBRARY, os.path.basename(__file__),
+                      notes=MODELS[name].__doc__.strip().splitlines()[0])
+    return path, doc
 
 
 def build(name, out_dir=HERE):
+    if name in SAVED_WHOLE:
+        return _build_whole(name, out_dir)
     model = MODELS[name]()
 
     @tf.function(input_signature=[tf.TensorSpec([None, SEQ], tf.int32, name="ids")])

@@ -131,6 +131,24 @@ def _rng(seed):
 
 
 # name -> (module class, serving_default inputs {key: (array, domain)})
+class BetaincGrad(tf.Module):
+    """Healthy: TensorFlow Probability's own ``tfp.math.betainc`` (a custom gradient for a, b and x), trainable
+    ``a`` = 2.0 and ``b`` = 1.5, ``x`` float32 [None] through a sigmoid; output ``ib`` [None].
+
+    TFP's saved gradient function holds dozens of division patterns (squared-denominator, GA306): library
+    code the user did not write, to be one line per function, not a wall.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.a = tf.Variable(2.0, name="a")
+        self.b = tf.Variable(1.5, name="b")
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"ib": tfp.math.betainc(self.a, self.b, tf.sigmoid(x))}
+
+
 MODELS = {
     "tfp_mixture_nll": (MixtureNLL, lambda: {
         "x": (_rng(1).normal(0.5, 1.5, size=8).astype(np.float32), "real, N(0.5, 1.5)")}),
@@ -139,6 +157,8 @@ MODELS = {
     "tfp_gamma_rsample": (GammaRSample, lambda: {
         "seed": (np.array([7, 11], np.int32), "any int32 pair (stateless seed)"),
         "x": (_rng(3).uniform(0.5, 2.0, size=3).astype(np.float32), "real, U(0.5, 2)")}),
+    "tfp_betainc_grad": (BetaincGrad, lambda: {
+        "x": (np.array([-1.2, -0.3, 0.4, 1.5], np.float32), "real, N(0, 1)")}),
     "tfp_beta_rsample": (BetaRSample, lambda: {
         "seed": (np.array([3, 5], np.int32), "any int32 pair (stateless seed)")}),
 }

@@ -18,6 +18,9 @@ from .targets.saved_model import SignatureGraph, VariableInfo
 
 PYFUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 STOP_OPS = frozenset({"StopGradient", "PreventGradient"})
+# Cuts that make TensorFlow raise when it builds the backward of the loaded function that holds them: it builds
+# the backward of the whole signature function (nested calls included) as soon as the call runs under a tape.
+BREAKS_THE_FUNCTION = frozenset({"no-gradient", "gradient-raises"})
 
 
 @dataclass
@@ -28,6 +31,24 @@ class OpCut:
     rule: str
     blocked_pairs: set[tuple[int, int]] = field(default_factory=set)  # pairs it fully blocks (with others)
     partial_pairs: set[tuple[int, int]] = field(default_factory=set)  # pairs still connected elsewhere
+    # the op's value is piecewise constant in the inputs it cuts (an integer result, or measured on its kernel):
+    # the true derivative along the cut path is zero almost everywhere. False: smooth there (TensorFlow does
+    # not implement that derivative); None: not known
+    piecewise: bool | None = None
+
+
+def breaks_the_function(cut: OpCut) -> bool:
+    """Whether differentiating the loaded signature raises because of this cut (a model saved without the
+    custom gradient it uses raises LookupError for its IdentityN as well)."""
+    return cut.rule in BREAKS_THE_FUNCTION or (cut.rule == "custom-gradient" and not cut.node.custom_gradient_saved)
+
+
+@dataclass(frozen=True)
+class UncapturedVariable:
+    """A trainable variable the audited signature does not capture, and the other entry points that do."""
+
+    variable: VariableInfo
+    read_by: tuple[str, ...] = ()
 
 
 @dataclass
@@ -54,7 +75,7 @@ class StaticAnalysis:
     to_output_grad: list[int]  # outputs each node reaches along edges that carry (or may carry) a gradient
     flow: list[FlowEntry]
     cuts: dict[OpRef, OpCut]
-    uncaptured_trainable: list[VariableInfo]
+    uncaptured_trainable: list[UncapturedVariable]
     gradient_functions: dict[str, str]  # gradient_op_type -> saved gradient function
     model: AuditTarget
     signature: SignatureGraph
@@ -115,12 +136,54 @@ def cut_rule(node: OpNode, g: Dataflow) -> str:
 _EXACT_STOP_SCOPES = ("moments", "ReduceLogSumExp", "reduce_logsumexp")
 
 
-def _exact_stop(node: OpNode) -> bool:
+def _exact_stop(node: OpNode, g: Dataflow) -> bool:
     name = node.ref.op_name
-    if node.ref.op_type != "StopGradient" or "/" not in name:
+    if node.ref.op_type != "StopGradient":
+        return False
+    if _shift_added_back(node, g):
+        return True
+    if "/" not in name:
         return False
     scope = name.rsplit("/", 2)[-2]
     return any(scope == s or scope.startswith(s + "_") for s in _EXACT_STOP_SCOPES)
+
+
+# Ops a shift passes through unchanged in value (reshaped, broadcast, selected where finite)
+_PASS_THROUGH = frozenset({"Identity", "Reshape", "ExpandDims", "Squeeze", "SelectV2", "Select", "BroadcastTo",
+                           "StopGradient"})
+
+
+def _shift_added_back(node: OpNode, g: Dataflow) -> bool:
+    """The logsumexp trick, whoever wrote it: s = stop_gradient(max(z)) is subtracted from z and added back to
+    the result (log(sum(exp(z - s))) + s). The result does not depend on s, so the path through s carries a
+    true derivative of zero and the stop loses nothing."""
+    def from_max(t: int, depth: int) -> bool:
+        for p in g.producers(t):
+            op = g.ops[p]
+            if op.ref.op_type == "Max":
+                return True
+            if depth and op.ref.op_type in _PASS_THROUGH and any(
+                    from_max(u, depth - 1) for u, f in op.inputs if f & VALUE and carries_gradient(g.dtype[u])):
+                return True
+        return False
+
+    if not node.outputs or not any(from_max(t, 4) for t, f in node.inputs if f & VALUE):
+        return False
+    subtracted = added = False
+    stack, seen = list(node.outputs), set[int]()
+    while stack:
+        t = stack.pop()
+        if t in seen or len(seen) > 64:
+            continue
+        seen.add(t)
+        for op_id, k in g.consumers(t):
+            op = g.ops[op_id]
+            kind = op.ref.op_type
+            subtracted |= kind == "Sub" and k == 1
+            added |= kind in ("Add", "AddV2")
+            if kind in _PASS_THROUGH:
+                stack.extend(op.outputs)
+    return subtracted and added
 
 
 def _shadowed(g: Dataflow, tiers, output_tensor: dict[int, int]) -> set[tuple[int, int]]:
@@ -204,7 +267,7 @@ def _analyse(model: AuditTarget, sig: SignatureGraph, oracle: GradientOracle, bu
     for u in uncertain.values():
         for pair in u.pairs:
             status[pair] = "unknown"
-    cuts = _cuts(g, masks, status, source_tensor, output_tensor)
+    cuts = _cuts(g, masks, status, source_tensor, output_tensor, _node_attrs(model, sig, oracle))
     flow = _flow_entries(sources, outputs, status, cuts, uncertain)
     return StaticAnalysis(g, sources, outputs, source_tensor, output_tensor, other_output_tensor,
                           masks.reach_value, masks.reach_grad, masks.to_output_value, masks.to_output_grad,
@@ -279,7 +342,7 @@ def _cut_sources(g: Dataflow, masks: ReachMasks, node: OpNode, op_id: int) -> in
                 value |= masks.reach_value[t]
         for t in node.dead_inputs:
             src |= masks.reach_grad[t] & value
-    elif not _exact_stop(node):
+    elif not _exact_stop(node, g):
         for t, f in node.inputs:
             if f & VALUE and not f & GRADIENT_EDGES and carries_gradient(g.dtype[t]):  # shape reads: no cut
                 src |= masks.reach_grad[t]
@@ -324,7 +387,7 @@ def _cut_candidates(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int]
 
 
 def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str], source_tensor: dict[int, int],
-          output_tensor: dict[int, int]) -> dict[OpRef, OpCut]:
+          output_tensor: dict[int, int], flat: Callable[[OpNode, Dataflow], tuple]) -> dict[OpRef, OpCut]:
     """Each pair's cuts: its first non-empty tier of candidates, without those another candidate shadows."""
     tiers = _cut_candidates(g, masks, status, source_tensor, output_tensor)
     shadowed = _shadowed(g, tiers, output_tensor)
@@ -334,19 +397,66 @@ def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str], so
             if nodes:
                 kept = [n for n in nodes if (id(n), j) not in shadowed] or nodes
                 for node in kept:
-                    cut = cuts.get(node.ref) or cuts.setdefault(node.ref, OpCut(node, cut_rule(node, g)))
+                    cut = cuts.get(node.ref) or cuts.setdefault(node.ref, _new_cut(node, g, flat))
                     (cut.blocked_pairs if status[i, j] == "blocked" else cut.partial_pairs).add((i, j))
                 break
     return cuts
+
+
+def _new_cut(node: OpNode, g: Dataflow, flat: Callable[[OpNode, Dataflow], tuple]) -> OpCut:
+    """The cut's rule, and whether its op is piecewise constant where it cuts: an integer result always is; a
+    float op whose registered gradient gives an input none is asked of its own kernel (`flat`). One that is
+    smooth there (Betainc's a and b) is not piecewise constant: TensorFlow does not implement that derivative."""
+    rule = cut_rule(node, g)
+    if rule == "integer-path":
+        return OpCut(node, rule, piecewise=True)
+    if rule != "zero-gradient":
+        return OpCut(node, rule)
+    if not any(carries_gradient(g.dtype[o]) for o in node.outputs):
+        return OpCut(node, rule, piecewise=True)
+    cut_inputs = [k for k, (t, f) in enumerate(node.inputs)
+                  if f & VALUE and not f & GRADIENT_EDGES and carries_gradient(g.dtype[t])]
+    per_input = flat(node, g)
+    measured = [per_input[k] for k in cut_inputs if k < len(per_input)]
+    if measured and any(m is False for m in measured):
+        return OpCut(node, "not-differentiable", piecewise=False)
+    return OpCut(node, rule, piecewise=True if measured and all(measured) else None)
+
+
+def _node_attrs(model: AuditTarget, sig: SignatureGraph, oracle: GradientOracle) -> Callable[[OpNode, Dataflow], tuple]:
+    """Per input of a cut op: is its value piecewise constant there (GradientOracle.flat_inputs), the op's
+    attributes read from its NodeDef in the model (looked up only for the few ops that cut)."""
+    by_name: dict[str, dict] = {}
+
+    def flat(node: OpNode, g: Dataflow) -> tuple:
+        ref = node.ref
+        if ref.function not in by_name:
+            fdef = model.library.functions.get(ref.function)
+            by_name[ref.function] = {n.name: n for n in (fdef.node_def if fdef is not None else (sig.nodes or []))}
+        nd = by_name[ref.function].get(ref.op_name)
+        if nd is None:
+            return ()
+        return oracle.flat_inputs(ref.op_type, tuple(g.dtype[t] for t, _ in node.inputs),
+                                  tuple(g.dtype[o] for o in node.outputs), nd.attr,
+                                  tuple(g.shape.get(t) for t, _ in node.inputs))
+
+    return flat
 
 
 def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tuple[int, int], str],
                   cuts: dict[OpRef, OpCut], uncertain: dict[OpRef, Uncertain]) -> list[FlowEntry]:
     """One FlowEntry per (differentiable source, float output) pair, its cuts ordered by function and op."""
     by_place = sorted(cuts.items(), key=lambda kv: (kv[0].function, kv[0].op_name))
+    # TensorFlow builds the signature's backward as a whole: one op whose gradient raises (or is missing) on any
+    # path makes differentiating it raise for every pair, also those that never reach that op
+    breaking = [(ref, c) for ref, c in by_place if breaks_the_function(c)]
     flow = []
     for (i, j), pair_status in status.items():
-        blocked_by = tuple(Cut(ref, c.rule) for ref, c in by_place if (i, j) in c.blocked_pairs)
+        blocked_by = tuple(Cut(ref, c.rule) for ref, c in by_place
+                           if (i, j) in c.blocked_pairs or (breaking and breaks_the_function(c)))
+        if breaking:
+            flow.append(FlowEntry(sources[i].name, outputs[j].name, "blocked", blocked_by, raises=True))
+            continue
         unknown_by = tuple(sorted((ref for ref, u in uncertain.items() if (i, j) in u.pairs),
                                   key=lambda r: (r.function, r.op_name)))
         partial_by = tuple(Cut(ref, c.rule) for ref, c in by_place
@@ -355,14 +465,15 @@ def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tup
     return flow
 
 
-def _uncaptured_trainable(model: AuditTarget, sig: SignatureGraph) -> list[VariableInfo]:
-    """Trainable variables of the model that this signature does not capture, nor any other entry point."""
+def _uncaptured_trainable(model: AuditTarget, sig: SignatureGraph) -> list[UncapturedVariable]:
+    """Trainable variables of the saved object that this signature does not capture: training through it gives
+    them no gradient (Keras: "Gradients do not exist for variables"), with the other entry points that read
+    them."""
     captured = {v.name for v in sig.variables.values()}
-    uncaptured = [v for v in model.all_variables() if v.trainable and v.name not in captured]
-    if uncaptured and hasattr(model, "entry_point_variables"):  # used by another signature or saved function
-        elsewhere = model.entry_point_variables()
-        uncaptured = [v for v in uncaptured if v.name not in elsewhere]
-    return list({v.name: v for v in uncaptured}.values())
+    uncaptured = {v.name: v for v in model.all_variables() if v.trainable and v.name not in captured}
+    readers = model.entry_point_readers() if uncaptured and hasattr(model, "entry_point_readers") else {}
+    return [UncapturedVariable(v, tuple(sorted(readers.get(name, set()) - {sig.key})))
+            for name, v in uncaptured.items()]
 
 
 def _uncertain_pairs(g: Dataflow, masks: ReachMasks, source_tensor: dict[int, int],

@@ -127,10 +127,15 @@ class FlowEntry:
     # for "connected": cuts on some of the pair's paths while others carry the gradient (its gradient leaves
     # those paths out, so it differs from the derivative of the value on purpose or by mistake)
     partial_by: tuple[Cut, ...] = ()
+    # "blocked" because TensorFlow raises when it builds the backward of the loaded function that holds one of
+    # `blocked_by` (an op whose gradient raises or is missing): every pair of the signature, on its path or not
+    raises: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"source": self.source, "output": self.output, "status": self.status,
                              "blocked_by": [c.to_dict() for c in self.blocked_by]}
+        if self.raises:
+            d["raises"] = True
         if self.partial_by:
             d["partial_by"] = [c.to_dict() for c in self.partial_by]
         if self.status == "unknown":

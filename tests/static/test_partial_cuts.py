@@ -1,4 +1,7 @@
-"""A cut on one path of a pair other paths still connect is one warning whatever cuts it; a mask is none."""
+"""A cut on one path of a pair other paths still connect is one finding whatever cuts it; a mask is none. Where the
+cut path's true derivative is zero (a piecewise-constant value: round, argmax, float(int(x))) it is info, as
+the gradient misses nothing; where the op is smooth and TensorFlow does not implement its derivative (zeta's x)
+it is a warning: the gradient misses that path's part."""
 
 from __future__ import annotations
 
@@ -9,10 +12,11 @@ from helpers import save_module
 from gradaudit.api import AuditOptions, audit_saved_model
 
 CASES = {
-    "round": (lambda x, w: x * w + tf.round(x), ("zero-gradient", "warning")),
-    "float_of_int": (lambda x, w: x * w + tf.cast(tf.cast(x, tf.int32), tf.float32), ("integer-path", "warning")),
+    "round": (lambda x, w: x * w + tf.round(x), ("zero-gradient", "info")),
+    "float_of_int": (lambda x, w: x * w + tf.cast(tf.cast(x, tf.int32), tf.float32), ("integer-path", "info")),
     "argmax_added": (lambda x, w: x * w + tf.cast(tf.argmax(x, axis=-1), tf.float32)[:, None],
-                     ("zero-gradient", "warning")),
+                     ("zero-gradient", "info")),
+    "zeta_x": (lambda x, w: x * w + tf.math.zeta(x * x + 2.0, 2.0 + 0.0 * w), ("not-differentiable", "warning")),
     "relu_mask": (lambda x, w: (x * w) * tf.cast(x > 0, tf.float32), None),
     "where_mask": (lambda x, w: tf.where(x > 0, x * w, 0.1 * x), None),
     "stop_gradient": (lambda x, w: x * w + tf.stop_gradient(x), ("stop-gradient", "info")),
@@ -41,3 +45,6 @@ def test_partial_cut(tmp_path, name):
     if expected:
         [f] = report.findings
         assert f.sources == ("x",) and "other paths still carry one" in f.message
+        zero = "true derivative is zero almost everywhere" in f.message
+        assert zero == (f.severity.value == "info" and f.rule != "stop-gradient")
+        assert ("misses this path's part" in f.message) == (not zero)

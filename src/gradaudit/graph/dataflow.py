@@ -15,6 +15,7 @@ from ..model import OpRef
 from .dtypes import DT_INVALID, carries_gradient
 from .gradients import GradientOracle, GradKind, registry_kind
 from .library import MAX_COUNT_ATTR, Library, OutputLayout, function_attrs
+from .xla_module import module_dependencies
 
 # Edge flags
 VALUE = 1  # the target's value depends on the source's value
@@ -522,20 +523,32 @@ class DataflowBuilder:
         if maybe and not any(carries_gradient(d) for d in out_dtypes):
             maybe = False  # only integer, bool or string results: no gradient can come back through it
         conv = CONVERTING_INPUTS.get(op_type, ())
-        op_inputs = []
-        for i, t in enumerate(inputs):
-            flags = value | (GRAD if passes[i] and carries_gradient(g.dtype[t]) else 0)
-            if maybe and value and carries_gradient(g.dtype[t]):
-                flags |= MAYBE
-            if i in conv and not carries_gradient(g.dtype[t]):
-                flags |= CONVERT
-            g.edge(t, op_id, flags)
-            op_inputs.append((t, flags))
-        for o in outputs:
-            g.edge(op_id, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
-            g.producer[o] = op_id
-        g.ops[op_id] = OpNode(ref, op_inputs, list(outputs), kind, known=layout.known,
-                              uncertain=uncertain if maybe else None, grad_error=grad_error)
+        # which inputs each group of results depends on: all of them, except for a compiled module whose
+        # saved StableHLO says per result (a JAX function's results need not read every argument)
+        groups: list[tuple[range | frozenset[int], list[int]]] = [(range(len(inputs)), list(outputs))]
+        if op_type == "XlaCallModule" and outputs:
+            deps = module_dependencies(node.attr["module"].s)
+            if deps is not None and len(deps) == len(outputs) and all(i < len(inputs) for d in deps for i in d):
+                groups = [(d, [o]) for d, o in zip(deps, outputs)]
+        for n, (used, group_outputs) in enumerate(groups):
+            if n:
+                op_id = g.new_node()
+            op_inputs = []
+            for i, t in enumerate(inputs):
+                if i not in used:
+                    continue
+                flags = value | (GRAD if passes[i] and carries_gradient(g.dtype[t]) else 0)
+                if maybe and value and carries_gradient(g.dtype[t]):
+                    flags |= MAYBE
+                if i in conv and not carries_gradient(g.dtype[t]):
+                    flags |= CONVERT
+                g.edge(t, op_id, flags)
+                op_inputs.append((t, flags))
+            for o in group_outputs:
+                g.edge(op_id, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
+                g.producer[o] = op_id
+            g.ops[op_id] = OpNode(ref, op_inputs, list(group_outputs), kind, known=layout.known,
+                                  uncertain=uncertain if maybe else None, grad_error=grad_error)
         if op_type == "Const" and outputs:
             number = _scalar_const(node)
             if number is not None:
@@ -555,6 +568,7 @@ class DataflowBuilder:
             key = FunctionKey(grad_fn, tuple(self.lib.input_dtypes(self.lib.functions[grad_fn])))
             summary, n_ret = self.summary_of(key), len(self.ret_dtypes[key])
             deps = [[bool(mask >> j & 1) for j in range(n_ret)] for mask in summary.value]
+        unreadable = self._unreadable_module(grad_fn) if saved else None
         n_in = len(inputs)
         identity = node.op == "IdentityN"
         for k, o in enumerate(outputs):
@@ -583,9 +597,20 @@ class DataflowBuilder:
                             flags[inputs[idx]] |= GRAD
                         else:
                             dead.append(inputs[idx])
+            if unreadable:  # the gradient function's compiled module decides, and it cannot be read here
+                flags = {t: f | MAYBE if f & GRAD else f for t, f in flags.items()}
             for t, f in flags.items():
                 g.edge(t, pseudo, f)
             g.edge(pseudo, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
             g.producer[o] = pseudo
             g.ops[pseudo] = OpNode(ref, list(flags.items()), [o], None, custom_gradient=gradient_op_type,
-                                   custom_gradient_saved=saved, dead_inputs=tuple(dead))
+                                   custom_gradient_saved=saved, dead_inputs=tuple(dead), uncertain=unreadable)
+
+    def _unreadable_module(self, grad_fn: str) -> str | None:
+        """Why the saved gradient function's results cannot be traced to its arguments: a compiled module
+        (XlaCallModule) in it whose StableHLO this TensorFlow cannot read (everything would look connected)."""
+        for nd in self.lib.functions[grad_fn].node_def:
+            if nd.op == "XlaCallModule" and module_dependencies(nd.attr["module"].s) is None:
+                return (f"the compiled module of XlaCallModule '{nd.name}' in {grad_fn} (the saved gradient) "
+                        "cannot be read here, so which inputs it gives a gradient is not known")
+        return None

@@ -13,9 +13,10 @@ import functools
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
-from tensorflow.python.framework import indexed_slices, ops
+from tensorflow.python.framework import indexed_slices, op_def_registry, ops
 
 from .dtypes import DT_INVALID, carries_gradient
 
@@ -73,6 +74,7 @@ class GradientOracle:
 
     def __init__(self) -> None:
         self._cache: dict[tuple, GradInfo] = {}
+        self._flat: dict[tuple, tuple[bool | None, ...]] = {}
 
     def info(self, op_type: str, in_dtypes: tuple[int, ...], out_dtypes: tuple[int, ...],
              attrs, in_shapes: tuple | None = None) -> GradInfo:
@@ -92,6 +94,75 @@ class GradientOracle:
                 self._cache[shaped] = self._probe(op_type, in_dtypes, out_dtypes, attrs, in_shapes)
             found = self._cache[shaped]
         return found
+
+    def flat_inputs(self, op_type: str, in_dtypes: tuple[int, ...], out_dtypes: tuple[int, ...], attrs,
+                    in_shapes: tuple | None = None) -> tuple[bool | None, ...]:
+        """Per input: is the op's value piecewise constant in it (True: a small change of that input changes
+        no output at several random points, as for Floor, Round or the slope mask of ReluGrad), smooth in it
+        (False: the value moves, as for Betainc's a and b) or not measured (None: not a float input, a
+        stateful op, or the replica does not run on synthetic values). Only the op's own kernel runs, on
+        synthetic values in a scratch graph: nothing of the model is executed."""
+        key = (op_type, in_dtypes, out_dtypes,
+               tuple(s.SerializeToString() if s is not None else b"" for s in (in_shapes or ())))
+        found = self._flat.get(key)
+        if found is None:
+            found = self._flat[key] = self._measure_flat(op_type, in_dtypes, out_dtypes, attrs, in_shapes)
+        return found
+
+    @staticmethod
+    def _measure_flat(op_type, in_dtypes, out_dtypes, attrs, in_shapes) -> tuple[bool | None, ...]:
+        unknown: tuple[bool | None, ...] = (None,) * len(in_dtypes)
+        op_def = op_def_registry.get(op_type)
+        if op_def is None or op_def.is_stateful or DT_INVALID in in_dtypes or DT_INVALID in out_dtypes:
+            return unknown
+        float_in = [i for i, d in enumerate(in_dtypes) if carries_gradient(d) and tf.as_dtype(d).is_floating]
+        if not float_in or any(not tf.as_dtype(d).is_floating for d in out_dtypes):
+            return unknown
+
+        def dims(i: int) -> list[int] | None:
+            shape = in_shapes[i] if in_shapes and i < len(in_shapes) else None
+            if shape is None or shape.unknown_rank:
+                return None
+            return [d.size if d.size >= 0 else 2 for d in shape.dim]
+
+        known = [dims(i) for i in float_in]
+        fallback = next((d for d in known if d is not None), [3])
+        if any(np.prod(d or fallback) > 4096 for d in known):
+            return unknown
+        rng = np.random.default_rng(0)
+        graph = tf.Graph()
+        try:
+            with graph.as_default():
+                holders = []
+                for i, d in enumerate(in_dtypes):
+                    dt = tf.dtypes.as_dtype(d)
+                    holders.append(tf.compat.v1.placeholder(dt, shape=dims(i) if i in float_in else None))
+                clean = {k: attr_value_pb2.AttrValue.FromString(v.SerializeToString()) for k, v in attrs.items()
+                         if not k.startswith("_") and not v.HasField("placeholder")}
+                op = graph._create_op_internal(  # noqa: SLF001 - replica of a saved node
+                    op_type, holders, dtypes=[tf.dtypes.as_dtype(d) for d in out_dtypes], attrs=clean)
+            with tf.compat.v1.Session(graph=graph) as sess:
+                result: list[bool | None] = list(unknown)
+                moved = dict.fromkeys(float_in, False)
+                for _ in range(3):
+                    feed = {}
+                    for i, d in enumerate(in_dtypes):
+                        dt = tf.dtypes.as_dtype(d)
+                        shape = dims(i) or fallback if i in float_in else []
+                        feed[holders[i]] = (rng.uniform(0.2, 0.8, shape).astype(dt.as_numpy_dtype)
+                                            if i in float_in else np.zeros(shape, dt.as_numpy_dtype))
+                    base = sess.run(op.outputs, feed)
+                    for i in float_in:
+                        nudged = dict(feed)
+                        nudged[holders[i]] = feed[holders[i]] * (1 + 1e-3)
+                        after = sess.run(op.outputs, nudged)
+                        moved[i] |= any(not np.array_equal(a, b) for a, b in zip(base, after))
+                for i in float_in:
+                    result[i] = not moved[i]
+                return tuple(result)
+        except Exception as exc:  # noqa: BLE001 - synthetic values the kernel refuses say nothing
+            log.debug("forward replica of %s did not run: %s", op_type, exc)
+            return unknown
 
     def _probe(self, op_type, in_dtypes, out_dtypes, attrs, in_shapes=None) -> GradInfo:
         def unverified(reason: str) -> GradInfo:

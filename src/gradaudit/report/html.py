@@ -161,6 +161,8 @@ def layer_of(name: str) -> str:
 
 def _cell_title(entry: FlowEntry) -> str:
     text = f"{entry.source} → {entry.output}: {entry.status}"
+    if entry.raises:
+        text += " (TensorFlow raises when it builds this function's backward)"
     if entry.blocked_by:
         text += " by " + "; ".join(f"{c.op.short} ({c.rule})" for c in entry.blocked_by)
     if entry.unknown_by:

@@ -48,7 +48,8 @@ def _cell(entry: FlowEntry | None) -> str:
     if entry.status == "unknown":
         return "❓ unknown: " + _esc(", ".join(sorted({r.op_type for r in entry.unknown_by})) or "?")
     if entry.status == "blocked":
-        return "❌ blocked: " + _esc(", ".join(sorted({c.op.op_type for c in entry.blocked_by})) or "?")
+        head = "❌ raises: " if entry.raises else "❌ blocked: "
+        return head + _esc(", ".join(sorted({c.op.op_type for c in entry.blocked_by})) or "?")
     return "✅ connected" if entry.status == "connected" else "no path"
 
 

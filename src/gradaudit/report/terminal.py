@@ -43,7 +43,7 @@ def _cell(entry: FlowEntry | None) -> Text:
         return Text("unknown: " + ", ".join(sorted({r.op_type for r in entry.unknown_by}) or ["?"]),
                     style="bold yellow")
     ops = sorted({c.op.op_type for c in entry.blocked_by}) or ["?"]
-    return Text("blocked: " + ", ".join(ops), style="bold red")
+    return Text(("raises: " if entry.raises else "blocked: ") + ", ".join(ops), style="bold red")
 
 
 def _flow_table(report: Report) -> RenderableType:

@@ -319,21 +319,24 @@ SamplerGradient = define(
 
 
 WritesVariable = define(
-    "GA112", "writes-variable", Severity.WARNING,
-    fix="Export the signature without the write (for a pruned Keras model, tfmot.sparsity.keras.strip_pruning "
-        "before export; call layers with training=False), or keep the state in a non-trainable variable.",
+    "GA112", "writes-variable", Severity.ERROR,
+    fix="Do not write weights in a serving signature: for a pruned Keras model, export "
+        "tfmot.sparsity.keras.strip_pruning(model) instead of the wrapped model; call layers with training=False; "
+        "keep state that must change (counters, statistics) in non-trainable variables.",
     explains_mismatch=True,
     doc="""The audited signature writes a trainable variable it also reads.
 
     ## What it does
     Finds `AssignVariableOp` (and the add, sub and scatter variants) on a trainable variable's handle inside
-    the functions the signature runs.
+    the functions the signature runs. Writes to non-trainable variables (batch-norm moving statistics in a
+    training-mode call, step counters) are state, not weights, and are not reported.
 
     ## Why is this bad?
-    Every call changes the model, and the gradient TensorFlow gives with respect to the variable is taken
-    through the value read after the write (a pruning mask multiplied in, say), not the stored value: a
-    numeric check of that variable is expected to differ. A serving signature that mutates its weights is
-    rarely intended.
+    Every call changes the deployed model's weights: two requests with the same input can get different
+    answers, and the model drifts from the one that was validated. For a pre-deployment check that is an
+    error. The gradient TensorFlow gives with respect to the variable is also taken through the value read
+    after the write (a pruning mask multiplied in, say), not the stored value, so a numeric difference for
+    that variable is expected and not reported again as a mismatch.
 
     ## Example
     ```python

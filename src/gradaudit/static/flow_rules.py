@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..flow import PYFUNC_OPS
+from ..flow import PYFUNC_OPS, breaks_the_function
 from ..graph.dtypes import carries_gradient, dtype_name
 from ..model import Finding, Severity
 from ..rules.flow import (
@@ -59,21 +59,29 @@ _REASONS = {
     "no-gradient": "{t} has no registered gradient: differentiating through it raises LookupError",
     "not-differentiable": "{t} is registered with tf.NotDifferentiable: no gradient flows through it",
     "zero-gradient": "{t} is piecewise constant: its registered gradient is None or zero",
+    "zero-gradient-unmeasured": "{t}'s registered gradient gives the input this path enters by None or zero "
+                                "(whether its value is piecewise constant there could not be measured)",
+    "not-implemented": "{t} is smooth in the input this path enters by (its value moves with it), but the gradient "
+                       "TensorFlow registered for it gives that input none: TensorFlow does not implement this "
+                       "derivative",
+    "activation-backward": "{t} is the backward of a piecewise-linear activation: it is piecewise constant in "
+                           "the activation's input, so the true derivative through it is zero almost everywhere "
+                           "and TensorFlow's zero gradient there is exact",
     "integer-path": "{t} converts a float value to {dtype}: gradients stop at integer and bool tensors",
     "py-function": "{t} runs a Python function that is not saved with the model",
     "stop-gradient": "{t} (tf.stop_gradient) stops the gradient",
     "custom-gradient": "the custom gradient {cg} of {t} was not saved with the model: differentiating "
                        "the loaded model raises LookupError",
+    "compiled-gradient-dead": "the saved gradient of the compiled module (XlaCallModule '{module}' in {fn}, the "
+                              "custom gradient {cg} of {t}) gives an input this output depends on exactly zero: "
+                              "a stop_gradient in the exported program (lax.stop_gradient) or a custom VJP that "
+                              "returns zeros",
     "custom-gradient-dead": "the custom gradient {cg} of {t} (saved as {fn}) returns, for an input this "
                             "output depends on, None, zeros or a value that ignores the incoming gradient "
                             "dy: that gradient is always zero or wrong",
     "unknown-op": "op type {t} is not registered in this TensorFlow",
     "gradient-raises": "the gradient function TensorFlow registered for {t} raises when called ({err})",
 }
-
-
-# Cuts that make TensorFlow raise when it builds the backward of the loaded function that holds them.
-_BREAKS_THE_FUNCTION = frozenset({"no-gradient", "gradient-raises"})
 
 
 def _pairs(analysis, pairs: set[tuple[int, int]]) -> str:
@@ -107,8 +115,16 @@ def check(analysis) -> list:
 _RULE_BY_SLUG = {r.slug: r for r in RULES}
 
 
+def _activation_backward(cut) -> bool:
+    """A gradient kernel (ReluGrad, LeakyReluGrad, ...) that is piecewise constant in its forward input: the
+    second derivative of a piecewise-linear activation, which is zero almost everywhere (a gradient penalty)."""
+    return cut.piecewise is True and cut.node.ref.op_type.endswith("Grad")
+
+
 def _cut_finding(analysis, ref, cut) -> Finding:
-    """The finding of an op that cuts (source, output) pairs, blocked or in part, with the cut's own rule."""
+    """The finding of an op that cuts (source, output) pairs, blocked or in part, with the cut's own rule. Where
+    the true derivative along the cut is zero (the op is piecewise constant there) a partial cut loses nothing
+    and is info; so is the backward of a piecewise-linear activation, blocked or not."""
     pairs = cut.blocked_pairs | cut.partial_pairs
     srcs = analysis.source_names(sum({1 << i for i, _ in pairs}))
     outs = analysis.output_names(sum({1 << j for _, j in pairs}))
@@ -117,11 +133,43 @@ def _cut_finding(analysis, ref, cut) -> Finding:
     severity = Severity.ERROR if cut.rule == "custom-gradient" else None
     if not cut.blocked_pairs and rule_.partial_severity is not None:
         severity = rule_.partial_severity  # the same whatever cuts it: round(x) or float(int(x))
+    if _activation_backward(cut) or (cut.piecewise is True and not cut.blocked_pairs):
+        severity = Severity.INFO
     fix = ("Make the gradient function return dy times the derivative for every input the output "
            "depends on (dy * f'(x)); return a zero gradient only through tf.stop_gradient in the "
            "forward pass.") if dead else None
+    if dead and _compiled_module(analysis, cut):
+        fix = ("If the cut is intended (a stop_gradient in the exported program), keep it and suppress this "
+               "finding; otherwise remove the stop_gradient or fix the custom VJP in the exported function and "
+               "export again.")
+    if cut.piecewise is False:
+        fix = ("Differentiate only through the inputs TensorFlow implements, or give the op a gradient for this "
+               "input (tf.custom_gradient, from a series or a finite difference); no smooth surrogate is needed: "
+               "the op is not piecewise constant.")
+    elif _activation_backward(cut):
+        fix = "Nothing to do: the zero is the true derivative (a gradient penalty through ReLU-like activations)."
+    elif cut.piecewise is True and not cut.blocked_pairs:
+        fix = "Nothing to do for the gradient: the cut path's true derivative is zero almost everywhere."
     return rule_.finding(_cut_message(analysis, ref, cut, dead), op=ref, sources=srcs, outputs=outs,
                          severity=severity, fix=fix)
+
+
+def _compiled_module(analysis, cut) -> str | None:
+    """The compiled module (XlaCallModule) a saved custom gradient's function runs, if it runs one."""
+    fdef = analysis.model.library.functions.get(analysis.gradient_functions.get(cut.node.custom_gradient or "", ""))
+    return next((n.name for n in fdef.node_def if n.op == "XlaCallModule"), None) if fdef is not None else None
+
+
+def _reason_key(cut, dead: bool) -> str:
+    if dead:
+        return "custom-gradient-dead"
+    if cut.piecewise is False:
+        return "not-implemented"
+    if _activation_backward(cut):
+        return "activation-backward"
+    if cut.rule == "zero-gradient" and cut.piecewise is None:
+        return "zero-gradient-unmeasured"
+    return cut.rule
 
 
 def _cut_message(analysis, ref, cut, dead: bool) -> str:
@@ -129,20 +177,27 @@ def _cut_message(analysis, ref, cut, dead: bool) -> str:
     TensorFlow raise, that the whole function's backward fails."""
     g = analysis.graph
     out_dtypes = {dtype_name(g.dtype[o]) for o in cut.node.outputs if not carries_gradient(g.dtype[o])}
-    reason = _REASONS["custom-gradient-dead" if dead else cut.rule].format(
+    module = _compiled_module(analysis, cut) if dead else None
+    reason = _REASONS["compiled-gradient-dead" if module else _reason_key(cut, dead)].format(
         t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
-        fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error)
+        fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error,
+        module=module)
     parts = []
     if cut.blocked_pairs:
         parts.append(f"it cuts the gradient {_pairs(analysis, cut.blocked_pairs)}")
     if cut.partial_pairs:
+        if cut.piecewise is True:
+            part = ("but that path's true derivative is zero almost everywhere (the value is piecewise constant "
+                    "there), so the gradient misses nothing except at its jumps")
+        else:
+            part = "so the gradient misses this path's part"
         parts.append(("and " if parts else "it ") + "cuts one path of the gradient while other paths still "
-                     f"carry one {_pairs(analysis, cut.partial_pairs)}, so the gradient misses this path's "
-                     "part")
+                     f"carry one {_pairs(analysis, cut.partial_pairs)}, {part}")
     msg = f"{ref.label}: {reason}; {' '.join(parts)}"
-    if cut.rule in _BREAKS_THE_FUNCTION:
-        msg += (f"; a loaded model builds the backward of {ref.function} as a whole, so differentiating it "
-                "raises for every source of that function, not only these")
+    if breaks_the_function(cut):
+        msg += ("; TensorFlow builds the backward of the loaded signature as a whole (nested functions "
+                "included), so differentiating it raises for every pair of the signature, not only these: "
+                "their flow status is blocked (raises)")
     return msg
 
 
@@ -160,7 +215,7 @@ def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
             reported.add(("py-function", ref))
         elif node.custom_gradient and node.custom_gradient_saved and ("custom-gradient", ref) not in reported:
             src, out = analysis.op_masks(node, grad=True)
-            if src and out:
+            if src and out and not tensorflow_own_custom_gradient(analysis.graph, node):
                 findings.append(CustomGradient.finding(
                     f"{ref.label}: custom gradient {node.custom_gradient} replaces the op's gradient "
                     f"(saved as {analysis.gradient_functions.get(node.custom_gradient, '?')}); check it "
@@ -170,6 +225,27 @@ def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
                         "(use --order 2 for its second derivative)."))
                 reported.add(("custom-gradient", ref))
     return findings
+
+
+def _producer_op(g, t: int):
+    ps = g.producers(t)
+    return g.ops[ps[0]] if len(ps) == 1 else None
+
+
+def tensorflow_own_custom_gradient(g, node) -> str | None:
+    """The TensorFlow API whose own tf.custom_gradient this is, recognised by the forward it saves, or None.
+    tf.nn.silu (swish) saves IdentityN(x * sigmoid(beta * x), x, beta) with a Const `beta`: TensorFlow's code,
+    not the user's (the numeric checks still compare it with finite differences)."""
+    if node.ref.op_type != "IdentityN" or len(node.inputs) != 3:
+        return None
+    beta = _producer_op(g, node.inputs[2][0])
+    value = _producer_op(g, node.inputs[0][0])
+    if beta is None or value is None or beta.ref.op_type != "Const" or beta.ref.op_name.rsplit("/", 1)[-1] != "beta":
+        return None
+    if value.ref.op_type != "Mul":
+        return None
+    factors = [_producer_op(g, t) for t, _ in value.inputs]
+    return "tf.nn.silu" if any(f is not None and f.ref.op_type == "Sigmoid" for f in factors) else None
 
 
 def _disconnected_variable_findings(analysis) -> list:
@@ -187,10 +263,20 @@ def _disconnected_variable_findings(analysis) -> list:
                         "gradient" if others else "reaches no output of the signature")
             findings.append(DisconnectedSource.finding(
                 f"trainable variable {src.name} {where_to}: it never gets a gradient", sources=[src.name]))
-    for v in analysis.uncaptured_trainable:
-        findings.append(DisconnectedSource.finding(
-            f"trainable variable {v.name} is not used by the audited signature: it never gets a gradient "
-            "from it", sources=[v.name]))
+    for u in analysis.uncaptured_trainable:
+        name = u.variable.name
+        if u.read_by:  # another entry point reads it: not dead, but training through this one leaves it out
+            findings.append(DisconnectedSource.finding(
+                f"trainable variable {name} is not read by the audited signature (only by {_names(list(u.read_by))}): "
+                "training through this signature gives it no gradient (Keras: \"Gradients do not exist for "
+                "variables\")", sources=[name], severity=Severity.INFO,
+                fix=f"Nothing to do if it is meant to be trained through {_names(list(u.read_by))}; audit that "
+                    "entry point too (--all-signatures, --signature)."))
+        else:
+            findings.append(DisconnectedSource.finding(
+                f"trainable variable {name} of the saved object is read neither by the audited signature nor by "
+                "any other entry point (Keras' own layer traces aside): training through this signature gives it "
+                "no gradient (Keras: \"Gradients do not exist for variables\")", sources=[name]))
     return findings
 
 
@@ -334,7 +420,8 @@ def _variable_write_findings(analysis) -> list:
         srcs, outs = analysis.source_names(written), analysis.output_names(out)
         findings.append(WritesVariable.finding(
             f"{node.ref.label} writes trainable variable(s) {_names(srcs)} when the signature runs: every call "
-            f"changes the model, and the gradient to {_names(outs) or 'its outputs'} is taken through the value "
-            "read after the write, so a numeric difference for these variables is expected", op=node.ref,
+            "changes the deployed weights (a serving signature must not write them), and the gradient to "
+            f"{_names(outs) or 'its outputs'} is taken through the value read after the write, so a numeric "
+            "difference for these variables is expected", op=node.ref,
             sources=srcs, outputs=outs))
     return findings

@@ -96,12 +96,29 @@ def find_hazards(analysis) -> list[Hazard]:
             user_outs.update(o)
         refs = {n.ref for n in nodes}
         users_text = ", ".join(sorted(f"{r.op_type} '{r.op_name}' in {r.function}" for r in refs))
-        for node in gg.ops.values():
-            for rule_, op, involved, message in _squared_denominator(view, node):
-                hazards.append(Hazard(rule_, op, frozenset(involved | refs),
-                                      f"{message}, in the custom gradient of {users_text}",
-                                      tuple(sorted(user_srcs)), tuple(sorted(user_outs))))
+        found = [(rule_, op, involved, message) for node in gg.ops.values()
+                 for rule_, op, involved, message in _squared_denominator(view, node)]
+        hazards += _folded(found, fn, refs, users_text, tuple(sorted(user_srcs)), tuple(sorted(user_outs)))
     return hazards
+
+
+def _folded(found, fn: str, refs: set, users_text: str, srcs: tuple[str, ...], outs: tuple[str, ...]) -> list[Hazard]:
+    """The patterns of one saved gradient function: one hazard each when it holds one, else one per rule that
+    names how many and the first, and involves every op (a library's own gradient code, such as TensorFlow
+    Probability's betainc, holds dozens: one line per function, not a wall). A probe that sees any of them fail
+    confirms the line."""
+    by_rule: dict[str, list] = {}
+    for item in found:
+        by_rule.setdefault(item[0].code, []).append(item)
+    out = []
+    for items in by_rule.values():
+        rule_, op, _, message = items[0]
+        involved = frozenset(refs).union(*(i[2] for i in items))
+        if len(items) > 1:
+            message = (f"{len(items)} {rule_.slug} patterns in the saved gradient function {fn}, the first: "
+                       f"{message}")
+        out.append(Hazard(rule_, op, involved, f"{message}, in the custom gradient of {users_text}", srcs, outs))
+    return out
 
 
 # Ops that pass a value on unchanged (or only reshaped): looked through when matching patterns.

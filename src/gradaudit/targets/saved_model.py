@@ -128,6 +128,9 @@ def _result_names(structure) -> list[str] | None:
     return sorted(fields)
 
 
+KERAS_LAYER_TRACES = frozenset({"call_and_return_conditional_losses", "call_and_return_all_conditional_losses"})
+
+
 class SavedModelFile:
     def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
         self.path = path
@@ -238,15 +241,20 @@ class SavedModelFile:
                     out[key] = name
         return out
 
-    def entry_point_variables(self) -> set[str]:
-        """Names of the variables some signature or saved function captures: a variable only another entry
-        point uses is not unused."""
-        names: set[str] = set()
+    def entry_point_readers(self) -> dict[str, set[str]]:
+        """Variable name -> the signatures and saved functions that capture it. Keras' own per-layer traces
+        (`call_and_return_conditional_losses`, `call_and_return_all_conditional_losses`: tf-keras saves one per
+        layer and per training mode) are the library's, not entry points a user serves or trains through."""
+        readers: dict[str, set[str]] = {}
         for key in self.signature_keys():
-            names |= {v.name for v in self.signature(key).variables.values()}
-        for fn in self.saved_functions().values():
-            names |= {v.name for v in self._function_graph(fn).variables.values()}
-        return names
+            for v in self.signature(key).variables.values():
+                readers.setdefault(v.name, set()).add(key)
+        for path, fn in self.saved_functions().items():
+            if path.split("#")[0].rsplit(".", 1)[-1] in KERAS_LAYER_TRACES:
+                continue
+            for v in self._function_graph(fn).variables.values():
+                readers.setdefault(v.name, set()).add(path)
+        return readers
 
     def all_variables(self) -> list[VariableInfo]:
         out = []
