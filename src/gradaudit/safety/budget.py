@@ -16,9 +16,10 @@ MAX_GRAPH_BYTES = 1 << 30  # saved_model.pb; protobuf itself stops at 2 GiB
 # about 40 s, and admits a text graph twice ResNet50's
 MAX_TEXT_GRAPH_BYTES = 16 << 20
 MAX_INPUT_BYTES = 256 << 20  # --inputs, decompressed: gradient checks use small batches
-# messages saved_model.pb may parse into, counted before it is parsed (safety/protoscan.py); the static pass then
-# analyses at most graph/dataflow.py's MAX_STATIC_NODES of them. Each costs some 100-250 bytes parsed however few bytes it takes in the file (20 MB of
-# empty NodeDefs: 10 million messages, +1.1 GB); Keras ResNet50 has 104,233
+# messages saved_model.pb may parse into, counted before it is parsed (safety/protoscan.py); the static pass
+# then analyses at most graph/dataflow.py's MAX_STATIC_NODES of them. Each costs some 100-250 bytes parsed
+# however few bytes it takes in the file (20 MB of empty NodeDefs: 10 million messages, +1.1 GB); Keras
+# ResNet50 has 104,233
 MAX_PARSED_MESSAGES = 5_000_000
 
 
