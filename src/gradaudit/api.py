@@ -101,10 +101,13 @@ def _static_report(model: AuditTarget, sig, target: Target) -> tuple[_Draft, obj
     from .graph.dataflow import GraphTooLarge
     from .graph.gradients import GradientOracle
     from .paths import blocked_paths
+    from .safety.gate import is_pure
 
     say("static pass: gradient flow")
     try:
-        analysis = analyse(model, sig, GradientOracle())  # iterative: no recursion on the graph's depth
+        # iterative: no recursion on the graph's depth; an op's kernel may run on synthetic values (to tell a
+        # piecewise constant op from one whose derivative TensorFlow does not implement) only if it is pure
+        analysis = analyse(model, sig, GradientOracle(may_run=is_pure))
     except GraphTooLarge as exc:
         raise GradauditError(f"{target.path}: the static pass cannot analyse {target.signature!r}: {exc}") from None
     except MALFORMED as exc:  # a protobuf that parses but does not describe a consistent graph

@@ -132,10 +132,30 @@ def test_the_analysis_of_a_measured_cut_still_travels_to_the_child(tmp_path):
 
     from gradaudit.flow import analyse
     from gradaudit.graph.gradients import GradientOracle
+    from gradaudit.safety.gate import is_pure
     from gradaudit.targets.saved_model import SavedModelFile
 
     path = _model(tmp_path, "round", lambda m, x: {"y": x * m.w + tf.round(x)})
     target = SavedModelFile(path)
-    analysis = analyse(target, target.signature("serving_default"), GradientOracle())
+    analysis = analyse(target, target.signature("serving_default"), GradientOracle(may_run=is_pure))
     assert [c.piecewise for c in analysis.cuts.values()] == [True]
     assert pickle.loads(pickle.dumps(analysis)).cuts.keys() == analysis.cuts.keys()
+
+
+def test_only_pure_ops_run_on_synthetic_values():
+    """The oracle runs an op's kernel to tell a flat op from a smooth one only when the caller allows it (the
+    safety gate's pure ops): without that, nothing runs and the answer is unknown."""
+    from gradaudit.graph.gradients import GradientOracle
+    from gradaudit.safety.gate import is_pure
+
+    float_ = tf.float32.as_datatype_enum
+    ran: list[str] = []
+
+    def allowed(op_type: str) -> bool:
+        ran.append(op_type)
+        return is_pure(op_type)
+
+    assert GradientOracle().flat_inputs("Floor", (float_,), (float_,), {}) == (None,)
+    assert GradientOracle(may_run=allowed).flat_inputs("Floor", (float_,), (float_,), {}) == (True,)
+    assert ran == ["Floor"] and not is_pure("WriteFile") and not is_pure("ReadFile")
+

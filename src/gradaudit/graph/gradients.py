@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,9 +73,12 @@ def _depends_on(tensor: tf.Tensor, targets: set) -> bool:
 class GradientOracle:
     """Cached answers to "does op type T, with these dtypes, pass a gradient to input i?"."""
 
-    def __init__(self) -> None:
+    def __init__(self, may_run: Callable[[str], bool] = lambda _op_type: False) -> None:
+        """`may_run(op_type)`: whether that op's kernel may run on synthetic values to tell a piecewise
+        constant op from a smooth one (`flat_inputs`); the caller says which (the safety gate's pure ops)."""
         self._cache: dict[tuple, GradInfo] = {}
         self._flat: dict[tuple, tuple[bool | None, ...]] = {}
+        self._may_run = may_run
 
     def info(self, op_type: str, in_dtypes: tuple[int, ...], out_dtypes: tuple[int, ...],
              attrs, in_shapes: tuple | None = None) -> GradInfo:
@@ -105,6 +109,8 @@ class GradientOracle:
         key = (op_type, in_dtypes, out_dtypes,
                tuple(s.SerializeToString() if s is not None else b"" for s in (in_shapes or ())))
         found = self._flat.get(key)
+        if found is None and not self._may_run(op_type):
+            found = self._flat[key] = (None,) * len(in_dtypes)
         if found is None:
             found = self._flat[key] = self._measure_flat(op_type, in_dtypes, out_dtypes, attrs, in_shapes)
         return found

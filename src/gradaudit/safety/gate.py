@@ -53,6 +53,11 @@ _WHY = {"io": "reads or writes files", "network": "talks to the network", "proce
         "python": "runs Python code"}
 
 
+def is_pure(op_type: str) -> bool:
+    """Whether the reviewed classes prove the op harmless: its kernel may run, on anything."""
+    return CLASSES.get(op_type) == "pure"
+
+
 def _ref_node(ref: str) -> str:
     return ref.lstrip("^").split(":")[0]
 
