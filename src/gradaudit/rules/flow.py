@@ -41,19 +41,23 @@ NotDifferentiable = define(
     fix="Use a differentiable formulation, or if the cut is intended, make it explicit with "
         "tf.stop_gradient and ignore this op in the configuration.",
     explains_mismatch=True, partial_severity=Severity.WARNING,
-    doc="""An op registered with `tf.NotDifferentiable` cuts a path from a source to an output.
+    doc="""An op whose gradient TensorFlow does not implement cuts a path from a source to an output.
 
     ## What it does
-    Finds ops whose type is registered as not differentiable (its gradient entry is `None`),
-    whose input comes from a differentiable source and whose output reaches an output.
+    Finds ops whose type is registered as not differentiable (its gradient entry is `None`), or
+    smooth ops whose registered gradient gives an input none (the op's own kernel, nudged in that
+    input on synthetic values, moves: `Betainc`'s a and b, `Zeta`'s x), whose input comes from a
+    differentiable source and whose output reaches an output. A piecewise-constant op is GA103.
 
     ## Why is this bad?
-    TensorFlow silently returns no gradient through such an op: the part of the model
-    before it never learns from that output, and no error tells you.
+    TensorFlow silently returns no gradient through such an op although the value depends on
+    that input: the part of the model before it never learns from that output (or, where other
+    paths connect the pair, the gradient misses this path's part), and no error tells you.
 
     ## Example
     ```python
     rgb = tf.image.hsv_to_rgb(hsv)   # HSVToRGB is registered as not differentiable
+    p = tf.math.betainc(a, b, x)     # no gradient for a and b
     ```
 
     ## Use instead
@@ -74,6 +78,11 @@ ZeroGradient = define(
     Builds a replica of the op and calls the gradient TensorFlow registered for it. When
     that gradient is `None`, or does not depend on the incoming gradient at all (so it is
     identically zero), and the op lies on a path from a source to an output, the path is cut.
+    Its value is piecewise constant there (an integer result, or the op's kernel does not move
+    when that input is nudged), so the true derivative along the cut is zero almost everywhere:
+    a cut of one path of a pair other paths connect (`x * w + round(x)`, the `Floor` inside
+    `tf.linalg.expm`) loses nothing and is info, as is the backward of a piecewise-linear
+    activation (`LeakyReluGrad` in a gradient penalty).
 
     ## Why is this bad?
     The function is flat almost everywhere: gradient descent gets zero signal through it,
