@@ -64,9 +64,13 @@ def raised_by_tensorflow(exc: BaseException) -> bool:
     tb = exc.__traceback__
     if tb is None:
         return False
-    while tb.tb_next is not None:
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
         tb = tb.tb_next
-    return any(d in tb.tb_frame.f_code.co_filename for d in _FRAMEWORK_DIRS)
+    if isinstance(exc, RecursionError):  # the limit strikes wherever the stack is deepest: in any frame below
+        return any(d in f for f in frames for d in _FRAMEWORK_DIRS)  # TensorFlow's recursion on nested calls
+    return any(d in frames[-1] for d in _FRAMEWORK_DIRS)
 
 
 def _rebuild_internal(stage: str, detail: str, args: tuple, report: Any) -> InternalError:

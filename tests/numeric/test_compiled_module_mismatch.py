@@ -1,5 +1,5 @@
-"""A gradient-mismatch that comes from inside a compiled module (jax2tf's XlaCallModule) says so: its bound is
-a number, it names the module, and its fix is about the exported function, not a TensorFlow gradient function.
+"""A wrong gradient that comes from inside a compiled module (jax2tf's XlaCallModule) says so: it names the
+module, and its fix is about the exported program, not a TensorFlow gradient function.
 
 The fixture `jax_stop_gradient_param` computes `x @ lax.stop_gradient(w) + b` inside the module; its
 truth.json records, from the library's own environment, the saved gradient's error against the forward's
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 
 import pytest
 
@@ -32,29 +31,25 @@ def truth() -> dict[str, float]:
         return json.load(fh)["gradient_error"]["y"]
 
 
-def test_the_wrong_source_fails_and_only_it(report, truth):
+def test_the_wrong_source_is_found_and_only_it(report, truth):
+    """The static pass reads the module's saved gradient (its StableHLO), which gives `act/w` exactly zero: the
+    pair is blocked with the error said there, and the numeric checks pass the sources the truth says are right
+    (a mismatch the static pass cannot see, a wrong custom VJP, is test_real_inputs' jax2tf case)."""
     wrong = {s for s, err in truth.items() if err > 0.1}
     assert wrong == {"act/w"}
-    mismatches = [f for f in report.findings if f.rule == "gradient-mismatch"]
-    assert {s for f in mismatches for s in f.sources} == wrong
-    failed = {n.source for n in report.numeric if n.status == "fail"} - {"*"}
-    assert failed == wrong
-
-
-def test_the_bound_is_a_number_below_the_error(report):
-    (f,) = [f for f in report.findings if f.rule == "gradient-mismatch"]
-    bound = re.search(r"error bound ([^,]+),", f.message).group(1)
-    assert bound != "inf" and float(bound) < 1e-2
-    (row,) = [n for n in report.numeric if n.source == "act/w" and n.scale is None]
-    assert row.bound is not None and math.isfinite(row.bound) and row.bound < row.rel_error
+    blocked = {e.source for e in report.flow if e.status == "blocked"}
+    assert blocked == wrong
+    errors = [f for f in report.findings if f.severity.value == "error"]
+    assert {s for f in errors for s in f.sources} == wrong
+    checked = {n.source for n in report.numeric if n.scale is None}
+    assert checked == set(truth) - wrong and all(n.status == "pass" for n in report.numeric)
 
 
 def test_the_message_and_fix_point_inside_the_compiled_module(report):
-    (f,) = [f for f in report.findings if f.rule == "gradient-mismatch"]
-    assert f.op is not None and f.op.op_type == "XlaCallModule"
-    assert "compiled module" in f.message and "exactly zero" in f.message and "stop_gradient" in f.message
-    assert "Fix the gradient function" not in f.fix
-    assert "exported function" in f.fix and "export again" in f.fix
+    (f,) = [f for f in report.findings if f.severity.value == "error"]
+    assert "compiled module" in f.message and "XlaCallModule" in f.message
+    assert "exactly zero" in f.message and "stop_gradient" in f.message
+    assert "stop_gradient" in f.fix
 
 
 def test_a_plain_custom_gradient_keeps_the_fix_that_names_it(models):

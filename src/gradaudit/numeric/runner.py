@@ -29,6 +29,9 @@ class ModelError(RuntimeError):
 
 def describe(exc: BaseException) -> str:
     """TensorFlow's one-line reason for an exception (its `message` without the traceback part)."""
+    if isinstance(exc, RecursionError):  # TensorFlow's Python walks nested function calls recursively
+        return ("TensorFlow cannot load or differentiate a model whose function calls nest this deep "
+                "(RecursionError in TensorFlow's own code): the model's limit here, not gradaudit's")
     text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     for ln in lines:  # keep TensorFlow's useful sentence, not its advice

@@ -86,6 +86,9 @@ class Plan:
                    and s.dtype in EPS]
         self.native = max((d.name for d in floats if d.name in EPS), key=lambda n: EPS[n], default="float32")
         self._status = {(f.source, f.output): f.status for f in flow}
+        # pairs blocked only because TensorFlow raises when it differentiates the signature: checked, so that
+        # the raise is seen at run time and said with TensorFlow's reason
+        self._raises = {(f.source, f.output) for f in flow if f.raises}
         self._partial = {(f.source, f.output) for f in flow if f.partial_by}
         # the pairs whose partial cuts are all stop_gradients, with those ops (a copy without them is checked)
         self._stopped = {(f.source, f.output): ", ".join(c.op.short for c in f.partial_by) for f in flow
@@ -99,7 +102,8 @@ class Plan:
 
     def connected(self, source: str) -> tuple[str, ...]:
         # A pair the static pass did not rule on is checked.
-        return tuple(o for o in self.float_outputs if self._status.get((source, o), "connected") == "connected")
+        return tuple(o for o in self.float_outputs if self._status.get((source, o), "connected") == "connected"
+                     or (source, o) in self._raises)
 
     def output_groups(self, source: str) -> list[tuple[str, ...]]:
         """The connected outputs of `source`, those with a cut on one of their paths apart from the others: a
