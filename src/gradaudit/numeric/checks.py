@@ -255,7 +255,7 @@ class Checker:
         if gradient is None:
             return np.asarray(self.rng.standard_normal(shape, dtype=dtype) * scale)
         v = np.asarray(self.rng.random(shape, dtype=dtype) + dtype(0.5))
-        v = np.copysign(v, np.asarray(gradient, dtype=dtype))
+        v = np.array(np.copysign(v, np.asarray(gradient, dtype=dtype)))  # an array, also for a scalar source
         zero = np.asarray(gradient == 0)
         if zero.any():
             v[zero] *= self.rng.choice(np.array([-1, 1], dtype=dtype), size=int(zero.sum()))
