@@ -22,7 +22,7 @@ def test_a_graph_file_linked_outside_the_folder_is_not_read(tmp_path, name):
     os.symlink(tmp_path / "token", model / name)
     with pytest.raises(GradauditError) as err:
         SavedModelFile(str(model))
-    assert "is a link to a file outside the model folder" in str(err.value) and SECRET not in str(err.value)
+    assert "it is a link to a file outside the model folder" in str(err.value) and SECRET not in str(err.value)
 
 
 def test_a_link_inside_the_folder_is_read(tmp_path, samples):

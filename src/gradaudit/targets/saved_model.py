@@ -386,11 +386,11 @@ class SavedModelFile:
 def _inside(graph_file: str, folder: str) -> None:
     """A graph file that is a link must stay inside the model folder, as assets must (GA403): a link to a file
     elsewhere (a token, a key) would be read, and its first words shown in the parse error."""
-    if os.path.islink(graph_file):
+    if os.path.islink(graph_file):  # a link to a device or FIFO is refused as such when it is read
         target, root = os.path.realpath(graph_file), os.path.realpath(folder)
-        if os.path.commonpath([target, root]) != root:
-            raise GradauditError(f"{folder}: {os.path.basename(graph_file)} is a link to a file outside the model "
-                                 "folder; not read")
+        if os.path.isfile(target) and os.path.commonpath([target, root]) != root:
+            raise GradauditError(f"{folder}: cannot load {os.path.basename(graph_file)}: it is a link to a file "
+                                 "outside the model folder; not read")
 
 
 def _where(exc: BaseException) -> str:
