@@ -225,8 +225,9 @@ def test_no_pass_on_a_mutated_graph_tensorflow_rejects(samples, tmp_path):
     passes = [o for o in outcomes if o.verdict == "pass"]
     assert passes and len(passes) < len(outcomes)
     false_passes = [o for o in passes if not (o.tf_ok and o.graph_ok)]
-    assert all("Op type not registered" in (o.tf_error or o.graph_error) for o in false_passes), \
-        [(o.kind, o.tf_error, o.graph_error) for o in false_passes]
+    unexplained = [(o.base, o.kind, o.a, o.b, o.tf_error, o.graph_error) for o in false_passes
+                   if "Op type not registered" not in (o.tf_error or o.graph_error)]
+    assert not unexplained, unexplained
     refused = [o for o in outcomes if "TensorFlow would reject" in o.message]
     assert refused
     assert not [o.message for o in refused if o.tf_ok and o.graph_ok]
@@ -250,3 +251,30 @@ def _harness_in_a_fresh_process(samples: str, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     return [SimpleNamespace(**o) for o in json.loads(done.stdout.strip().splitlines()[-1])]
 
+
+
+def test_a_missing_saved_gradient_function_is_refused_as_tensorflow_refuses_it(samples, tmp_path):
+    """The 'drop_function' mutation that passed: a custom gradient whose gradient function is gone. TensorFlow's
+    loader cannot order the library then ("cyclic dependency ... Could not resolve"), and the check says so."""
+    import shutil
+
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from gradaudit.errors import GradauditError
+    from gradaudit.targets.saved_model import SavedModelFile
+
+    path = tmp_path / "dropped_gradient"
+    shutil.copytree(os.path.join(samples, "log1pexp_custom"), path)
+    sm = saved_model_pb2.SavedModel()
+    sm.ParseFromString((path / "saved_model.pb").read_bytes())
+    library = sm.meta_graphs[0].graph_def.library
+    gone = {g.gradient_func for g in library.registered_gradients}
+    kept = [f for f in library.function if f.signature.name not in gone]
+    del library.function[:]
+    library.function.extend(kept)
+    (path / "saved_model.pb").write_bytes(sm.SerializeToString())
+    with pytest.raises(Exception, match="cyclic dependency"):
+        tf.saved_model.load(str(path))
+    with pytest.raises(GradauditError, match="TensorFlow would reject this graph: .*saved custom gradient"):
+        SavedModelFile(str(path))

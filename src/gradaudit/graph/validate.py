@@ -125,6 +125,7 @@ def _body(library: Library, nodes, fname: str | None, args: dict[str, int],
             concrete = _check_attrs(node, attr_specs, fname)
             if func_attrs:
                 _check_called_functions(library, node, fname, func_attrs)
+            _check_saved_gradient(library, node, fname)
         layouts[node.name] = (concrete, library.layout(node))
     for node in nodes:
         entry = layouts.get(node.name)
@@ -184,6 +185,19 @@ def _source_dtype(ref: str, by_name, layouts, args: dict[str, int], node, fname:
     if not 0 <= index < count:
         raise RejectedGraph(f"{_where(node, fname)} has input {ref!r}: {source!r} has no such output")
     return layout.dtypes[start + index]
+
+
+def _check_saved_gradient(library: Library, node, fname: str | None) -> None:
+    """A node's saved custom gradient: the loader orders the library by its gradient function too, and cannot
+    resolve a function whose node's gradient function is missing ("There is a cyclic dependency between
+    functions. Could not resolve ...")."""
+    if "_gradient_op_type" not in node.attr:
+        return
+    gradient_type = node.attr["_gradient_op_type"].s.decode(errors="replace")
+    grad_fn = library.registered_gradients.get(gradient_type)
+    if grad_fn is not None and grad_fn not in library.functions:
+        raise RejectedGraph(f"{_where(node, fname)}: its saved custom gradient {gradient_type!r} is the function "
+                            f"{grad_fn!r}, which is not in the library")
 
 
 def _check_called_functions(library: Library, node, fname: str | None, keys: list[str]) -> None:
