@@ -78,16 +78,9 @@ def count_messages(data: bytes, descriptor, stop_above: float = float("inf"), ac
         if b < 0x80:
             tag = b
         else:
-            tag, shift = b & 0x7F, 7
-            while True:
-                if pos >= n or shift > 63:
-                    return count + n // 2
-                b = data[pos]
-                pos += 1
-                tag |= (b & 0x7F) << shift
-                if b < 0x80:
-                    break
-                shift += 7
+            tag, pos = _varint_rest(data, pos, b)
+            if tag < 0:
+                return count + n // 2
         wire = tag & 7
         if wire == 2:
             b = data[pos] if pos < n else 0x80
@@ -95,16 +88,9 @@ def count_messages(data: bytes, descriptor, stop_above: float = float("inf"), ac
             if b < 0x80:
                 length = b
             else:
-                length, shift = b & 0x7F, 7
-                while True:
-                    if pos >= n or shift > 63:
-                        return count + n // 2
-                    b = data[pos]
-                    pos += 1
-                    length |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
+                length, pos = _varint_rest(data, pos, b)
+                if length < 0:
+                    return count + n // 2
             sub = layout.messages.get(tag >> 3)
             if sub is None:
                 pos += length  # a string, bytes, packed array or unknown field: no message in it
@@ -130,3 +116,20 @@ def count_messages(data: bytes, descriptor, stop_above: float = float("inf"), ac
             pos += 4
         else:  # groups (no TensorFlow message has them) or an invalid wire type: count by the bytes left
             return count + (n - pos) // 2 + 1
+
+
+def _varint_rest(data: bytes, pos: int, first: int) -> tuple[int, int]:
+    """The varint whose first byte `first` (>= 0x80) was read, its remaining bytes from `pos`: (value, the
+    position after it), or (-1, pos) when it runs past the data or past 64 bits (the one-byte case stays
+    inline in the caller's loop: nearly every tag and length is one byte)."""
+    value, shift, n = first & 0x7F, 7, len(data)
+    while True:
+        if pos >= n or shift > 63:
+            return -1, pos
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
