@@ -86,27 +86,23 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
 
 
 def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
-    from ..numeric.domains import infer
     from ..numeric.inputs import InputError, given_inputs, synthesise
     from ..numeric.runner import ModelError, signature_variables
-    from ..numeric.session import Plan
     from ..static.hazards import find_hazards
     from .probes import Prober, run_ladder
     from .second_order import run_second_order
     from .verdicts import ladder_findings
 
     info = loads.info
-    plan = Plan(info, analysis.sources, analysis.outputs, analysis.flow, infer(analysis))
-    if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
-        outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
-        return
     n = options.numeric
     try:
-        base = synthesise(plan.specs, seed=n.seed, batch_size=n.batch_size, dim=n.dim, shapes=n.shapes,
-                          inputs_file=n.inputs_file, domains=plan.domains)
+        plan, base = probe_start(loads, analysis, n)
     except InputError as exc:
         outcome.notes.append(f"Stability probes skipped: {exc}")
         outcome.incomplete.append(f"stability probes did not run: {exc}")
+        return
+    if base is None:
+        outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
         return
     loaded = loads.get(False)
     if n.batch_size < options.batch_size:
@@ -151,6 +147,22 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
         if prober is not None:
             outcome.notes.extend(prober.notes)
             prober.close()
+
+
+def probe_start(loads, analysis, numeric: NumericOptions):
+    """The plan of the runs that move the model's inputs (the probes, the precision check) and their base point,
+    synthesised as the numeric checks make it; the point is None when there is no float output or no
+    differentiable float source. Raises numeric.inputs.InputError when no input can be made."""
+    from ..numeric.domains import infer
+    from ..numeric.inputs import synthesise
+    from ..numeric.session import Plan
+
+    plan = Plan(loads.info, analysis.sources, analysis.outputs, analysis.flow, infer(analysis))
+    if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
+        return plan, None
+    n = numeric
+    return plan, synthesise(plan.specs, seed=n.seed, batch_size=n.batch_size, dim=n.dim, shapes=n.shapes,
+                            inputs_file=n.inputs_file, domains=plan.domains)
 
 
 def _raising_points(raised: list[tuple[str, str]], plan, analysis) -> list[Finding]:

@@ -89,31 +89,28 @@ def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutc
 
 def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, islands: bool) -> None:
     """`islands`: the model computes in `target` already, so its float32 ops are the islands it chose."""
-    from ..numeric.domains import infer
-    from ..numeric.inputs import InputError, synthesise
+    from ..numeric.inputs import InputError
     from ..numeric.runner import Runner, signature_variables
-    from ..numeric.session import Plan
+    from . import probe_start
     from .forensics import Forensics
     from .probes import dense, scaled_point, valid_scales
 
-    plan = Plan(loads.info, analysis.sources, analysis.outputs, analysis.flow, infer(analysis))
-    if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
-        outcome.notes.append(f"Precision check ({target}) skipped: no float output, or no differentiable float "
-                             "source.")
-        return
-    n = options.numeric
     try:
-        base = synthesise(plan.specs, seed=n.seed, batch_size=n.batch_size, dim=n.dim, shapes=n.shapes,
-                          inputs_file=n.inputs_file, domains=plan.domains)
+        plan, base = probe_start(loads, analysis, options.numeric)
     except InputError as exc:
         outcome.notes.append(f"Precision check ({target}) skipped: {exc}")
+        return
+    if base is None:
+        outcome.notes.append(f"Precision check ({target}) skipped: no float output, or no differentiable float "
+                             "source.")
         return
     loaded = loads.get(False)
     by_name = signature_variables(loads.info, loaded.fn)
     variables = [(v, by_name[v]) for v in plan.variable_sources if v in by_name]
     runner = Runner(loaded.fn, base, plan.input_sources, variables, plan.float_outputs)
     outputs = loaded.fn(**{k: base[k] for k in plan.specs})
-    rng = np.random.default_rng([n.seed, 3])  # the stability probes' cotangent: random and signed, never ones
+    # the stability probes' cotangent: random and signed, never ones
+    rng = np.random.default_rng([options.numeric.seed, 3])
     u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
     scaled = [s for s in plan.input_sources if getattr(plan.domains.inputs.get(s), "kind", None) != "distribution"]
     kept, _ = valid_scales(options.scales, [target, *(base[s].dtype for s in scaled)]) if scaled else ([], [])
