@@ -49,3 +49,22 @@ def empty_nodes_saved_model(n_nodes: int) -> bytes:
     """A saved_model.pb whose graph holds `n_nodes` empty NodeDefs (two bytes each in the file, some 110 bytes each
     once parsed): SavedModel.meta_graphs(2) -> MetaGraphDef.graph_def(2) -> GraphDef.node(1)."""
     return _field(2, _field(2, _field(1, b"")[:2] * n_nodes))
+
+
+def small_saved_model(path: str) -> str:
+    """A healthy three-weight model, the base the bounds tests break one file of."""
+    import tensorflow as tf
+
+    class Small(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable([1.0, 2.0, 3.0], name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([3], tf.float32, name="x")])
+        def __call__(self, x):
+            a, b, c = tf.unstack(x * self.w)
+            return {"y": a + b * c}
+
+    module = Small()
+    tf.saved_model.save(module, path, signatures={"serving_default": module.__call__})
+    return path
+

@@ -13,30 +13,19 @@ import zipfile
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from click.testing import CliRunner
 from numpy.lib import format as npy
 
 from gradaudit.cli import main
+
+from .hostile import small_saved_model
 
 pytestmark = pytest.mark.slow  # memory-limited child processes
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> str:
-    class Small(tf.Module):
-        def __init__(self):
-            self.w = tf.Variable([1.0, 2.0, 3.0], name="w")
-
-        @tf.function(input_signature=[tf.TensorSpec([3], tf.float32, name="x")])
-        def __call__(self, x):
-            a, b, c = tf.unstack(x * self.w)
-            return {"y": a + b * c}
-
-    module = Small()
-    path = str(tmp_path_factory.mktemp("budget") / "small")
-    tf.saved_model.save(module, path, signatures={"serving_default": module.__call__})
-    return path
+    return small_saved_model(str(tmp_path_factory.mktemp("budget") / "small"))
 
 
 def _limited():

@@ -13,33 +13,20 @@ import sys
 import zipfile
 
 import pytest
-import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
 from gradaudit.safety.budget import MAX_TEXT_GRAPH_BYTES
 from gradaudit.safety.checkpoint import MAX_INDEX_BYTES, MAX_INDEX_ENTRIES, variables_problem
 
-from .hostile import empty_nodes_saved_model, tensor_bundle_index
+from .hostile import empty_nodes_saved_model, small_saved_model, tensor_bundle_index
 
 LIMIT = 2 << 30  # address space of the child: TensorFlow's import fits, none of the bombs' allocations do
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> str:
-    class Small(tf.Module):
-        def __init__(self):
-            self.w = tf.Variable([1.0, 2.0, 3.0], name="w")
-
-        @tf.function(input_signature=[tf.TensorSpec([3], tf.float32, name="x")])
-        def __call__(self, x):
-            a, b, c = tf.unstack(x * self.w)
-            return {"y": a + b * c}
-
-    module = Small()
-    path = str(tmp_path_factory.mktemp("static_bounds") / "small")
-    tf.saved_model.save(module, path, signatures={"serving_default": module.__call__})
-    return path
+    return small_saved_model(str(tmp_path_factory.mktemp("static_bounds") / "small"))
 
 
 def _limited():
