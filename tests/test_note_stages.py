@@ -34,12 +34,31 @@ def test_notes_name_their_stage_and_round_trip():
     assert again.notes == r.notes and again.note_stages == r.note_stages
 
 
-def test_the_draft_carries_every_field_of_the_report_but_the_policy():
-    """The Report is built from the draft's fields by name: a Report field the draft lacks would silently keep
-    its default."""
+def test_reconcile_fills_every_field_of_the_report_but_the_policy():
+    """The Report is built from the stages' values in one call: a Report field no stage value reaches would
+    silently keep its default."""
     from dataclasses import fields
 
-    from gradaudit.api import _Draft
-    from gradaudit.model import Report
+    from gradaudit.model import (BlockedPath, Finding, FlowEntry, Isolation, NumericResult, Output, PathStep,
+                                 PrecisionResult, Severity, Source, StabilityResult, Target)
+    from gradaudit.reconcile import reconcile
+    from gradaudit.results import Gate, Note, NumericPart, PrecisionPart, ProbePart, RuntimeResult, StaticResult
 
-    assert {f.name for f in fields(Report)} - {f.name for f in fields(_Draft)} == {"fail_on"}
+    static = StaticResult(
+        target=Target("/m", "saved_model", "serving_default", ("serve",)),
+        sources=(Source("x", "input", "float32", (2,), True),), outputs=(Output("y", "float32", (2,)),),
+        flow=(FlowEntry("x", "y", "connected"),),
+        findings=(Finding("GA306", "squared-denominator", Severity.WARNING, "a division", "fix it"),),
+        paths=(BlockedPath("x", "y", (PathStep("Floor", "f", "<graph>"),), 0),), notes=(Note("static", "s"),))
+    runtime = RuntimeResult(
+        numeric=NumericPart((NumericResult("x", "y", "inconclusive", None, None, "float64", 3),), (), ("n",)),
+        probes=ProbePart(results=(StabilityResult("x", "y", 1.0, "ok"),), notes=("p",), incomplete=("stopped",)),
+        precision=PrecisionPart((PrecisionResult("gradient", "x", "float16", None, 2, 0.0, 0.0, 0.0),),),
+        isolation=Isolation("landlock-abi7", None, None, None))
+    report = reconcile(static, Gate(run=True, seed=3), runtime)
+    defaults = type(report)(target=Target("", "saved_model", None))
+    unset = {f.name for f in fields(report) if getattr(report, f.name) == getattr(defaults, f.name)}
+    assert unset == {"fail_on"}, unset
+    assert report.note_stages == ["static", "numeric", "stability"] and report.notes == ["s", "n", "p"]
+    # the inconclusive check decided nothing: the audit says so
+    assert any("no numeric check could decide the gradient of x" in line for line in report.incomplete)

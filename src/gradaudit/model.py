@@ -53,6 +53,9 @@ class Finding:
     # gradient-mismatch, `confirmed_by` says that the cut on its pair was checked and does not explain it.
     confirmed_by: str | None = None
     probed: str | None = None
+    # the end of `message` that advises where to look (a gradient-mismatch's custom gradients or ops), apart
+    # from the measurement before it: what reconciliation drops when a static cut explains the difference
+    advice: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -186,6 +189,11 @@ class NumericResult:
         if self.kink_op:
             d["kink_op"] = self.kink_op
         return d
+
+    @property
+    def checked_outputs(self) -> tuple[str, ...]:
+        """The outputs the check projected together; () for "*", every float output."""
+        return () if self.output == "*" else tuple(self.output.split(","))
 
 
 @dataclass(frozen=True)

@@ -671,9 +671,12 @@ class Checker:
             f"error {est.rel_error:.2e} (error bound {est.rel_threshold(self.s.floor):.1e}, step {est.step:.1e}, "
             f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), "
             f"{seen}{alone[1]}{advice.hint}", op=advice.op, sources=tuple(names), outputs=outputs)
+        where_to_look = f"{alone[1]}{advice.hint}"
         if beyond:  # the static pass saw a cut on the pair, and it was checked: the cut does not explain it
-            finding = replace(finding, message=f"{finding.message} A stop_gradient crosses this pair: {beyond}.",
-                              confirmed_by=beyond)
+            more = f" A stop_gradient crosses this pair: {beyond}."
+            finding = replace(finding, message=finding.message + more, confirmed_by=beyond)
+            where_to_look += more
+        finding = replace(finding, advice=where_to_look)
         self.findings.append(replace(finding, fix=advice.fix) if advice.fix else finding)
 
     def _bisect(self, group: Group, u, confirming: Attempt) -> tuple[list[tuple[list[int], Estimate]], int]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import Finding, NumericResult, OpRef, StabilityResult
+from ..model import Finding, NumericResult, StabilityResult
 from ..numeric import NumericOptions
+from ..results import HazardVerdict
 from .probes import DEFAULT_SCALES
 
 __all__ = ["DEFAULT_SCALES", "StabilityOptions", "StabilityOutcome", "run_stability"]
@@ -35,23 +36,8 @@ class StabilityOutcome:
     # requested parts of the probes that did not run or did not finish, with the reason (the verdict is
     # `incomplete` at best)
     incomplete: list[str] = field(default_factory=list)
-    # (code, op, message) of a static hazard finding -> what the probes saw fail there
-    confirmations: dict[tuple[str, OpRef | None, str], str] = field(default_factory=dict)
-    # the same key -> where the probes reached the hazard's op and saw nothing go wrong
-    probed: dict[tuple[str, OpRef | None, str], str] = field(default_factory=dict)
-
-    def confirm(self, findings: list[Finding]) -> list[Finding]:
-        """The static findings, with each hazard the probes saw fail raised to an error that says so, and
-        each one they reached without seeing it fail lowered to info."""
-        from ..static.hazards import confirmed, unconfirmed
-
-        def judged(f: Finding) -> Finding:
-            key = (f.code, f.op, f.message)
-            if key in self.confirmations:
-                return confirmed(f, self.confirmations[key])
-            return unconfirmed(f, self.probed[key]) if key in self.probed else f
-
-        return [judged(f) for f in findings]
+    # what the probes saw of the static hazard lints (reconcile.judge_hazards applies it)
+    verdicts: list[HazardVerdict] = field(default_factory=list)
 
 
 def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysis,
@@ -125,7 +111,7 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
             outcome.numeric.extend(ladder.numeric)
             outcome.findings.extend(ladder.mismatches)
             outcome.notes.extend(ladder.notes)
-            findings, outcome.confirmations, outcome.probed = ladder_findings(
+            findings, outcome.verdicts = ladder_findings(
                 ladder.reported, plan.input_sources, find_hazards(analysis), ladder.scales)
             outcome.findings.extend(findings)
             outcome.findings.extend(_raising_points(ladder.raised, plan, analysis))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..model import Finding, OpRef
+from ..results import HazardVerdict
 from ..rules import hazards as rules
 from ..static.hazards import Hazard
 from .probes import GIVEN, GRADIENT, Observation
@@ -39,10 +40,10 @@ def _scales(obs: list[Observation]) -> str:
 
 
 def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[str],
-                    hazards: list[Hazard], scales: list[float] | None = None) -> tuple[list[Finding], dict, dict]:
-    """(findings, confirmations, probed): confirmations map a hazard finding's (code, op, message) to
-    evidence; probed maps the hazards the ladder reached (an input it scaled feeds them) and did not
-    confirm to where it probed."""
+                    hazards: list[Hazard], scales: list[float] | None = None
+                    ) -> tuple[list[Finding], list[HazardVerdict]]:
+    """(findings, verdicts): the ladder's own findings, and what it saw of each static hazard lint: confirmed
+    (the evidence), or reached (an input it scaled feeds the hazard) and not confirmed (where it probed)."""
     # One cause, one finding: the same kind of failure first made by the same op is one finding that lists the
     # outputs and sources it reaches (an overflow inside expm reaches every output computed from it). Where no op
     # was located, the cause is unknown: one finding per output.
@@ -50,26 +51,36 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
     for source, output, obs in reported:
         op = obs.culprit.op if obs.culprit else None
         groups.setdefault((obs.kind, op, None if op is not None else output), []).append((source, output, obs))
+    return _ladder_findings(groups, inputs, hazards), _hazard_verdicts(reported, inputs, hazards, scales)
 
-    confirmations: dict[tuple[str, OpRef | None, str], str] = {}
+
+def _hazard_verdicts(reported: list[tuple[str, str, Observation]], inputs: list[str], hazards: list[Hazard],
+                     scales: list[float] | None) -> list[HazardVerdict]:
+    """Per hazard lint (by its finding's identity, the first of equal ones): where the probes saw it fail,
+    else where they reached it."""
+    ladder = f"scales ±{', ±'.join(f'{s:g}' for s in scales)}" if scales else "the probe ladder"
+    verdicts: dict[tuple, HazardVerdict] = {}
     for h in hazards:
+        f = h.finding()
+        key = HazardVerdict.key_of(f)
+        if key in verdicts:
+            continue
         seen = [obs for _, _, obs in reported if obs.culprit and (
             obs.culprit.op in h.involved or (len(obs.culprit.suspects) == 1 and obs.culprit.suspects[0] in h.involved))]
         culprit = seen[0].culprit if seen else None
+        scaled = [s for s in h.sources if s in inputs]
         if seen and culprit is not None:
             what = "gradient" if seen[0].kind == GRADIENT else "value"
-            confirmations[(h.rule.code, h.op, h.message)] = (
+            verdicts[key] = HazardVerdict(*key, confirmed_by=(
                 f"{values_text({seen[0].value})} {what} at {seen[0].where(inputs)}, first from "
-                f"{culprit.op.label}: {culprit.detail}")
+                f"{culprit.op.label}: {culprit.detail}"))
+        elif scaled:
+            verdicts[key] = HazardVerdict(*key, probed=f"{', '.join(scaled)} at {ladder}")
+    return list(verdicts.values())
 
-    probed: dict[tuple[str, OpRef | None, str], str] = {}
-    ladder = f"scales ±{', ±'.join(f'{s:g}' for s in scales)}" if scales else "the probe ladder"
-    for h in hazards:
-        key = (h.rule.code, h.op, h.message)
-        scaled = [s for s in h.sources if s in inputs]
-        if key not in confirmations and scaled:
-            probed[key] = f"{', '.join(scaled)} at {ladder}"
 
+def _ladder_findings(groups, inputs: list[str], hazards: list[Hazard]) -> list[Finding]:
+    """One finding per group of non-finite observations with one cause."""
     findings = []
     for (kind, op, _), items in groups.items():
         observed = [o for _, _, o in items]
@@ -103,4 +114,4 @@ def ladder_findings(reported: list[tuple[str, str, Observation]], inputs: list[s
         finding = rule.finding(text, op=op, sources=sources, outputs=outputs)
         fix = _FIX_BY_OP.get(op.op_type) if op is not None else None
         findings.append(replace(finding, fix=fix) if fix else finding)
-    return findings, confirmations, probed
+    return findings

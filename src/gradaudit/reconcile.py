@@ -1,0 +1,236 @@
+"""The one place where what the static pass found meets what running the model measured: `reconcile(static,
+gate, runtime) -> Report`. Every rule of how one explains or judges the other is here, in this order:
+
+1. the static findings, then the numeric checks' findings;
+2. the stability probes judge the static hazard lints (confirmed: an error that says where; reached and not
+   seen to fail: info), and add their own findings, less the wrong gradients the checks already reported;
+3. the precision stage's findings;
+4. requested checks that could not run or decided nothing make the audit incomplete;
+5. a gradient mismatch on a pair that a static cut crosses is what the cut does (info, or a warning when a
+   custom gradient shares the pair), and its numeric row says so;
+6. findings sorted by severity, code and op.
+
+It reads values only (results.py): no TensorFlow, no graph, no stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .model import Finding, NumericResult, Report, Severity
+from .results import Gate, HazardVerdict, Note, RuntimeResult, StaticResult
+from .rules import get_rule
+
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "double"})
+ALL_VARIABLES = "*"  # a numeric check of every trainable variable at once (numeric.ALL_VARIABLES)
+
+
+def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = None) -> Report:
+    """The Report of one audit, from its stages' values (runtime None: nothing ran)."""
+    runtime = runtime or RuntimeResult()
+    findings: list[Finding] = list(static.findings)
+    numeric: list[NumericResult] = []
+    notes: list[Note] = list(static.notes)
+    incomplete: list[str] = list(gate.reasons)
+
+    def note(stage: str, lines) -> None:
+        seen = {n.text for n in notes}
+        for line in lines:
+            if line not in seen:
+                notes.append(Note(stage, line))
+                seen.add(line)
+
+    if runtime.numeric is not None:
+        numeric.extend(runtime.numeric.results)
+        findings.extend(runtime.numeric.findings)
+        note("numeric", runtime.numeric.notes)
+    probes = runtime.probes
+    if probes is not None:
+        numeric.extend(probes.numeric)
+        findings = judge_hazards(findings, probes.verdicts) + not_yet_reported(findings, probes.findings)
+        note("stability", probes.notes)
+        if probes.stopped:
+            incomplete.append(f"stability probes stopped: {probes.stopped}")
+        _extend_once(incomplete, probes.incomplete)
+    if runtime.precision is not None:
+        findings.extend(runtime.precision.findings)
+        note("precision", runtime.precision.notes)
+        incomplete.extend(runtime.precision.incomplete)
+    if runtime.stopped:
+        incomplete.append(runtime.stopped)
+    report = Report(target=static.target, sources=list(static.sources), outputs=list(static.outputs),
+                    flow=list(static.flow), findings=findings, numeric=numeric,
+                    stability=list(probes.results) if probes else [], notes=[n.text for n in notes],
+                    seed=gate.seed, paths=list(static.paths), incomplete=incomplete, isolation=runtime.isolation,
+                    note_stages=[n.stage for n in notes],
+                    precision=list(runtime.precision.results) if runtime.precision else [])
+    _extend_once(report.incomplete, not_checked(report, gate.inputs_given))
+    if report.numeric:
+        variables = {s.name for s in report.sources if s.kind == "variable"}
+        floats = tuple(o.name for o in report.outputs if o.dtype in FLOAT_DTYPES)
+        partial = frozenset((f.source, c.op) for f in report.flow for c in f.partial_by)
+        explained, rows = explain_mismatches(report.findings, report.numeric, variables, floats, partial)
+        report = replace(report, findings=explained, numeric=rows)
+    report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
+                                        f.op.op_name if f.op else "", f.message))
+    return report
+
+
+def _extend_once(lines: list[str], more) -> None:
+    lines.extend(line for line in more if line not in lines)
+
+
+def judge_hazards(findings: list[Finding], verdicts: tuple[HazardVerdict, ...]) -> list[Finding]:
+    """The findings, with each static hazard the probes saw fail raised to an error that says where, and each
+    one they reached without seeing it fail lowered to info (a --static-only run keeps its warning)."""
+    by_key = {v.key: v for v in verdicts}
+
+    def judged(f: Finding) -> Finding:
+        v = by_key.get(HazardVerdict.key_of(f))
+        if v is None:
+            return f
+        if v.confirmed_by is not None:
+            return replace(f, severity=Severity.ERROR, confirmed_by=v.confirmed_by,
+                           message=f"{f.message}. Confirmed by the stability probes: {v.confirmed_by}.")
+        if v.probed is not None:
+            return replace(f, severity=Severity.INFO, probed=v.probed,
+                           message=f"{f.message}. Not confirmed by the stability probes ({v.probed})")
+        return f
+
+    return [judged(f) for f in findings]
+
+
+def not_yet_reported(known: list[Finding], findings: tuple[Finding, ...]) -> list[Finding]:
+    """The probes' findings without the gradient mismatches already reported for the same sources and op: one
+    wrong gradient seen at the synthesised point and again at a probe point is one finding (the probe point's
+    row stays in the numeric table)."""
+
+    def op_key(f: Finding):
+        return (f.op.op_type, f.op.op_name) if f.op else None
+
+    seen = {(op_key(f), s) for f in known if f.rule == "gradient-mismatch" for s in f.sources}
+    return [f for f in findings if f.rule != "gradient-mismatch" or not f.sources
+            or not all((op_key(f), s) in seen for s in f.sources)]
+
+
+def not_checked(report: Report, inputs_given: bool) -> list[str]:
+    """Requested checks that could not run, or ran without deciding anything: one incomplete line per kind."""
+    lines = []
+    errors = [n for n in report.numeric if n.status == "error"]
+    if errors:
+        first = next((n.reason for n in errors if n.reason), "no reason given")
+        lines.append(f"{len(errors)} numeric check(s) could not run (first: {first})")
+    unbuilt = [n for n in report.numeric if n.status == "skipped" and (n.reason or "").startswith("no input to run")]
+    if unbuilt:  # the checks were requested and never ran: no point to run them at
+        lines.append(f"numeric checks did not run: {unbuilt[0].reason}")
+    undecided = undecided_sources(report)
+    if undecided:
+        why = next((n.reason for n in report.numeric if n.source in undecided and n.reason), None)
+        hint = ("" if inputs_given or (why and ("--inputs" in why or "nondeterministic" in why))
+                else "; pass real examples with --inputs")
+        lines.append(f"no numeric check could decide the gradient of {', '.join(undecided)}"
+                     + (f" ({why})" if why else "") + hint)
+    return lines
+
+
+def undecided_sources(report: Report) -> list[str]:
+    """Differentiable sources with a connected output that numeric checks ran for, none of which decided
+    (pass, fail, or a difference a named cut or sampler explains): inconclusive everywhere, or not reported."""
+    if not report.numeric or all(n.status == "error" for n in report.numeric):
+        return []
+    variables = {s.name for s in report.sources if s.kind == "variable"}
+    connected = {e.source for e in report.flow if e.status == "connected"}
+    decided: set[str] = set()
+    checked: set[str] = set()
+    for n in report.numeric:
+        names = variables if n.source == ALL_VARIABLES else {n.source}
+        if n.status != "skipped":
+            checked |= names
+        if n.status in ("pass", "fail") or n.expected_by:
+            decided |= names
+    for f in report.findings:  # a straight-through estimator found: the check did decide what the gradient is
+        if f.rule == "surrogate-gradient":
+            decided |= variables if ALL_VARIABLES in f.sources else set(f.sources)
+    return sorted((checked & connected) - decided)
+
+
+def _custom_gradient_beside(findings: list[Finding], mismatch: Finding, cut: Finding) -> Finding | None:
+    """The custom-gradient finding (GA107) on a path of the mismatch's pairs, if any, when the cut is a
+    stop_gradient (a sampler's own saved gradient is the estimator its cut stands for)."""
+    if cut.rule != "stop-gradient":
+        return None
+    for f in findings:
+        if f.rule == "custom-gradient" and f.op is not None and set(f.sources) & set(mismatch.sources) and (
+                not mismatch.outputs or set(f.outputs) & set(mismatch.outputs)):
+            return f
+    return None
+
+
+def _measurement(f: Finding) -> str:
+    """A finding's message without its advice on where to look (`advice`, the message's last part)."""
+    if f.advice and f.message.endswith(f.advice):
+        return f.message[:len(f.message) - len(f.advice)]
+    return f.message
+
+
+def _explained(f: Finding, cut: Finding, findings: list[Finding]) -> Finding:
+    """A gradient mismatch that `cut` explains: info naming the cut, or a warning when a custom gradient on the
+    pair's other paths may add a difference of its own (the check measures their sum)."""
+    assert cut.op is not None
+    measured = _measurement(f).rstrip(".")
+    custom = _custom_gradient_beside(findings, f, cut)
+    if custom is not None and custom.op is not None:
+        return replace(f, severity=Severity.WARNING, advice=None, message=(
+            f"{measured}. {cut.op.op_type} '{cut.op.op_name}' ({cut.code} {cut.rule}) makes the gradient differ "
+            f"from the derivative on purpose, and the custom gradient of {custom.op.short} lies on the pair's other "
+            f"paths: the check cannot tell a difference of the cut from a wrong custom gradient."), fix=(
+            f"Check the custom gradient of {custom.op.short} on its own (a model without {cut.op.short}, or the "
+            f"function alone); nothing else to do if both are right."))
+    return replace(f, severity=Severity.INFO, advice=None, message=(
+        f"{measured}. Expected: {cut.op.op_type} '{cut.op.op_name}' explains it ({cut.code} {cut.rule}: "
+        f"{get_rule(cut.rule).summary})"), fix=f"Nothing to do if {cut.op.short} is intended: the difference is "
+                                               f"what it does (see {cut.code}).")
+
+
+def explain_mismatches(findings: list[Finding], numeric: list[NumericResult], variables: set[str],
+                       float_outputs: tuple[str, ...] = (), partial: frozenset = frozenset()
+                       ) -> tuple[list[Finding], list[NumericResult]]:
+    """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
+    cut does: `y = f(x) + tf.stop_gradient(g(x))` has a gradient that leaves out g on purpose. Such a
+    mismatch becomes info, naming the cut; the numeric result keeps `fail` with the explanation. `partial`:
+    (source, cut op) of the flow's partial cuts (a cut crossing a pair that other paths still connect); a check
+    of the variables together ("*") is explained by such a cut only when it crosses one of them partially (a
+    variable the cut blocks entirely is not in that check). Cuts the flow does not record (a sampler's
+    estimator, a variable the signature writes) explain it as before."""
+    # static cuts make TensorFlow's gradient differ from the forward's derivative on purpose (or are
+    # already reported by the static pass)
+    cuts = [f for f in findings if get_rule(f.rule).explains_mismatch and f.op is not None]
+
+    def cut_for(source: str, outputs: tuple[str, ...]) -> Finding | None:
+        for c in cuts:
+            flow_cut = any(op == c.op for _, op in partial)
+            src_ok = source in c.sources or (source == ALL_VARIABLES and any(
+                s in variables and (not flow_cut or (s, c.op) in partial) for s in c.sources))
+            # every output the check combined must be one the cut explains: a cut on a second output
+            # must not excuse a wrong gradient of the first
+            checked = outputs or float_outputs
+            if src_ok and all(o in c.outputs for o in checked):
+                return c
+        return None
+
+    out_findings = []
+    for f in findings:
+        cut = cut_for(f.sources[0], f.outputs) if (
+            f.rule == "gradient-mismatch" and f.sources and f.severity == Severity.ERROR
+            and not f.confirmed_by) else None
+        out_findings.append(_explained(f, cut, findings) if cut is not None else f)
+    out_numeric = []
+    for n in numeric:
+        cut = cut_for(n.source, n.checked_outputs) if n.status == "fail" and n.expected_by is None else None
+        if cut is not None and cut.op is not None:
+            # a sampler's estimator cannot be judged by differences at a fixed seed: inconclusive, not a fail
+            n = replace(n, status="inconclusive" if cut.rule == "sampler-gradient" else n.status,
+                        reason=f"expected: {cut.op.short} ({cut.rule}) explains it",
+                        expected_by=f"{cut.op.short} ({cut.rule})")
+        out_numeric.append(n)
+    return out_findings, out_numeric

@@ -1,0 +1,250 @@
+"""The runtime stages, run on a StaticResult: the numeric checks, the stability probes (and second order),
+the precision check. Each stage's outcome becomes one part of a RuntimeResult; what the parts mean together
+with the static findings is reconcile.py's to say. The runtime reads the graph from the static result and
+never analyses it again.
+
+A stage that fails because of gradaudit (not the model) stops the runtime: `StageFailed` carries the error
+and the parts that finished before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from .errors import GradauditError, InternalError
+from .progress import say
+from .results import AuditOptions, NumericPart, PrecisionPart, ProbePart, RuntimeResult, StageFailure, StaticResult
+
+
+class StageFailed(Exception):
+    """gradaudit failed in a runtime stage: `error` says where, `partial` holds the stages before it."""
+
+    def __init__(self, error: InternalError, partial: RuntimeResult):
+        super().__init__(str(error))
+        self.error, self.partial = error, partial
+
+    def result(self) -> RuntimeResult:
+        """The partial result with the failure as data (what the child sends)."""
+        return replace(self.partial, failure=StageFailure(self.error.stage, self.error.detail))
+
+
+def check_inputs(sig, options: AuditOptions) -> None:
+    """--inputs and --shape that do not fit the signature are usage errors (exit 2), found before the
+    model is loaded."""
+    if not (options.inputs_file or options.shapes):
+        return
+    import tensorflow as tf
+
+    from .numeric.inputs import InputError, synthesise
+    from .safety.budget import check_inputs_file
+
+    if options.inputs_file:
+        check_inputs_file(options.inputs_file)
+    specs = {s.name: tf.TensorSpec(s.shape, tf.dtypes.as_dtype(s.dtype)) for s in sig.inputs}
+    unknown = sorted(set(options.shapes) - set(specs))
+    if unknown:
+        raise GradauditError(f"--shape names {', '.join(unknown)}, not inputs of the signature "
+                             f"({', '.join(sorted(specs))})")
+    try:
+        synthesise(specs, seed=options.seed, batch_size=options.batch_size, dim=options.dim,
+                   shapes=options.shapes, inputs_file=options.inputs_file)
+    except InputError as exc:
+        raise GradauditError(str(exc)) from None
+    except (ValueError, TypeError) as exc:  # an array numpy cannot read as the input's dtype
+        raise GradauditError(f"--inputs {options.inputs_file}: {exc}") from None
+
+
+def _full_tracebacks() -> None:
+    """TensorFlow trims its own frames from tracebacks; gradaudit needs them to tell a failure of TensorFlow on
+    the model (a gradient function refusing its shapes: the model could not be checked) from its own bug."""
+    import tensorflow as tf
+
+    tf.debugging.disable_traceback_filtering()
+
+
+def _stages(steps: list[tuple[str, str, Callable[[], Any]]]) -> RuntimeResult:
+    """Run (part name, stage, run) in order into one RuntimeResult; the first failure of gradaudit's own stops
+    them (StageFailed); a failure of the model's (GradauditError) is raised as it is."""
+    parts: dict[str, Any] = {}
+    for name, stage, run in steps:
+        try:
+            parts[name] = run()
+        except GradauditError:
+            raise
+        except InternalError as exc:
+            raise StageFailed(exc, RuntimeResult(**parts)) from exc
+        except Exception as exc:
+            raise StageFailed(InternalError(stage, exc), RuntimeResult(**parts)) from exc
+    return RuntimeResult(**parts)
+
+
+def run_saved_model(static: StaticResult, path: str, options: AuditOptions) -> RuntimeResult:
+    """The runtime stages on a SavedModel, on the model read once (the static pass's parse) and loaded at most
+    once in each precision."""
+    from .numeric.runner import ModelLoads, graphs_as_written
+
+    _full_tracebacks()
+    key = static.target.signature or options.signature
+    loads = ModelLoads(path, options.tags, key, static.model.proto)
+    try:
+        with graphs_as_written():
+            return _stages([
+                ("numeric", "running the numeric checks", lambda: _numeric(static, path, options, loads)),
+                ("probes", "running the stability probes", lambda: _probes(static, path, options, loads)),
+                ("precision", "checking precision", lambda: _precision(static, options, loads)),
+            ])
+    finally:
+        loads.close()
+
+
+def _numeric_options(options: AuditOptions):
+    from .numeric import NumericOptions
+
+    return NumericOptions(seed=options.seed, batch_size=options.batch_size, dim=options.dim,
+                          shapes=options.shapes, inputs_file=options.inputs_file)
+
+
+def _numeric_part(outcome) -> NumericPart:
+    return NumericPart(tuple(outcome.results), tuple(outcome.findings), tuple(outcome.notes))
+
+
+def _numeric(static: StaticResult, path: str, options: AuditOptions, loads) -> NumericPart:
+    from .numeric import run_numeric
+
+    say("numeric checks")
+    key = static.target.signature or options.signature
+    return _numeric_part(run_numeric(path, options.tags, key, list(static.sources), list(static.outputs),
+                                     list(static.flow), _numeric_options(options),
+                                     progress=lambda m: say(f"numeric checks: {m}"), analysis=static.analysis,
+                                     loads=loads))
+
+
+def _stability_options(options: AuditOptions):
+    from .stability import DEFAULT_SCALES, StabilityOptions
+
+    numeric = _numeric_options(options)
+    if not options.inputs_file:  # the ladder needs no batch: one example halves its cost on large models
+        numeric = replace(numeric, batch_size=1)
+    return StabilityOptions(numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order,
+                            batch_size=options.batch_size)
+
+
+def _probe_part(outcome) -> ProbePart:
+    return ProbePart(results=tuple(outcome.results), numeric=tuple(outcome.numeric), findings=tuple(outcome.findings),
+                     verdicts=tuple(outcome.verdicts), notes=tuple(outcome.notes), stopped=outcome.stopped,
+                     incomplete=tuple(outcome.incomplete))
+
+
+def _probe_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None):
+    from .stability import run_stability
+
+    say("stability probes" + (" and second order" if options.order == 2 else ""))
+    return run_stability(path, options.tags, key, analysis, _stability_options(options), loads)
+
+
+def _probes(static: StaticResult, path: str, options: AuditOptions, loads) -> ProbePart:
+    key = static.target.signature or options.signature
+    return _probe_part(_probe_outcome(static.analysis, path, options, key, loads))
+
+
+def _precision(static: StaticResult, options: AuditOptions, loads) -> PrecisionPart:
+    from .stability.precision import run_precision
+
+    if options.precision:
+        say(f"precision: {options.precision}")
+    outcome = run_precision(loads, static.analysis, _stability_options(options), options.precision)
+    return PrecisionPart(tuple(outcome.results), tuple(outcome.findings), tuple(outcome.notes),
+                         tuple(outcome.incomplete))
+
+
+def run_traced(static: StaticResult, traced, options: AuditOptions,
+               static_of_copy: Callable[..., StaticResult]) -> RuntimeResult:
+    """The runtime stages on a traced Python or Keras function: the numeric checks on the function itself,
+    the probes on a saved copy (`static_of_copy` is the static pass that reads it); --precision runs on
+    SavedModels only."""
+    from .numeric.runner import graphs_as_written
+
+    _full_tracebacks()
+    precision = None
+    if options.precision:
+        precision = PrecisionPart(incomplete=(f"--precision {options.precision} did not run: it runs on SavedModels "
+                                              "(audit the folder model.export or tf.saved_model.save writes)",))
+    with graphs_as_written():
+        result = _stages([
+            ("numeric", "running the numeric checks", lambda: _numeric_traced(static, traced, options)),
+            ("probes", "running the stability probes",
+             lambda: _probe_traced(static, traced, options, static_of_copy)),
+        ])
+    return replace(result, precision=precision)
+
+
+def _numeric_traced(static: StaticResult, traced, options: AuditOptions) -> NumericPart:
+    from .numeric import run_numeric_function
+
+    return _numeric_part(run_numeric_function(traced.fn, list(static.sources), list(static.outputs),
+                                              list(static.flow), _numeric_options(options),
+                                              variable_names=traced.variable_names, analysis=static.analysis))
+
+
+def _probe_traced(static: StaticResult, traced, options: AuditOptions,
+                  static_of_copy: Callable[..., StaticResult]) -> ProbePart:
+    """Stability probes and --order 2 run on a SavedModel: the traced function is saved to a temporary
+    folder (with its custom gradients) and probed there; results come back under the traced graph's names,
+    and the copy's hazard verdicts as verdicts on the traced graph's own lints (same rule, same op name)."""
+    import tempfile
+
+    import tensorflow as tf
+
+    from .model import Target
+    from .reconcile import judge_hazards
+    from .results import HazardVerdict
+    from .targets.saved_model import SavedModelFile
+
+    with tempfile.TemporaryDirectory(prefix="gradaudit-traced-") as tmp:
+        holder = tf.Module()
+        holder.captured = list(traced.fn.variables)
+        try:
+            tf.saved_model.save(holder, tmp, signatures={"serving_default": traced.fn},
+                                options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+            model = SavedModelFile(tmp)
+            sig = model.signature("serving_default")
+            copy = static_of_copy(model, sig, Target(tmp, "saved_model", "serving_default", ("serve",)))
+        except Exception as exc:  # noqa: BLE001 - a function TensorFlow cannot save is not probed
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            return ProbePart(notes=(f"stability probes not run: the traced function cannot be saved for them "
+                                    f"({exc.__class__.__name__}: {first})",))
+        outcome = _probe_outcome(copy.analysis, tmp, options, "serving_default")
+    rename = _names_from_copy(copy, static)
+
+    def renamed(item):
+        if hasattr(item, "sources"):
+            fields = {"sources": tuple(rename.get(n, n) for n in item.sources),
+                      "outputs": tuple(rename.get(n, n) for n in item.outputs)}
+        else:
+            fields = {"source": rename.get(item.source, item.source), "output": rename.get(item.output, item.output)}
+        return replace(item, **fields)
+
+    judged = {(f.rule, f.op.op_name): f for f in judge_hazards(list(copy.findings), tuple(outcome.verdicts))
+              if f.op and (f.confirmed_by or f.probed)}
+    verdicts = tuple(HazardVerdict(*HazardVerdict.key_of(f), confirmed_by=judged[f.rule, f.op.op_name].confirmed_by,
+                                   probed=judged[f.rule, f.op.op_name].probed)
+                     for f in static.findings if f.op and (f.rule, f.op.op_name) in judged)
+    part = _probe_part(outcome)
+    # the copy's own numeric checks do not run: its numeric rows are the probe points' and second order's
+    return replace(part, results=tuple(renamed(s) for s in part.results),
+                   numeric=tuple(renamed(n) for n in part.numeric),
+                   findings=tuple(renamed(f) for f in part.findings), verdicts=verdicts)
+
+
+def _names_from_copy(copy: StaticResult, static: StaticResult) -> dict[str, str]:
+    """The saved copy names inputs and variables as the traced graph does; a Keras model's outputs are
+    output_0, output_1, ... there, in the traced function's flat order."""
+    ours = [o.name for o in static.outputs]
+    theirs = [o.name for o in copy.outputs]
+    if sorted(ours) == sorted(theirs):
+        return {}
+    if len(ours) == len(theirs) and all(t.startswith("output_") and t[7:].isdigit() for t in theirs):
+        return {t: ours[int(t[7:])] for t in theirs if int(t[7:]) < len(ours)}
+    return {}

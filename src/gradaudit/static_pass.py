@@ -1,0 +1,63 @@
+"""The static pass, the audit's first stage: a target's graph in, a StaticResult out (the flow of every
+(source, output) pair, every static rule family's findings, where blocked paths die). Nothing runs the model."""
+
+from __future__ import annotations
+
+from .errors import GradauditError, InternalError
+from .model import Finding, Target
+from .progress import say
+from .results import Note, StaticResult
+
+# What a parsed but inconsistent graph raises inside the static pass (dangling references, missing
+# outputs, wrong attribute kinds): reported as a load error, exit 2.
+MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError, MemoryError,
+             UnicodeDecodeError)
+
+
+def run_static(model, sig, target: Target) -> StaticResult:
+    """The static pass on any target (`model`: its parse, a targets.AuditTarget; `sig`: the signature's graph).
+    A graph too large or inconsistent to analyse is the model's fault (exit 2); a rule that raises is
+    gradaudit's (InternalError, with the report as far as it got)."""
+    from .flow import analyse
+    from .graph.dataflow import GraphTooLarge
+    from .graph.gradients import GradientOracle
+    from .paths import blocked_paths
+    from .safety.gate import is_pure
+
+    say("static pass: gradient flow")
+    try:
+        # iterative: no recursion on the graph's depth; an op's kernel may run on synthetic values (to tell a
+        # piecewise constant op from one whose derivative TensorFlow does not implement) only if it is pure
+        analysis = analyse(model, sig, GradientOracle(may_run=is_pure))
+    except GraphTooLarge as exc:
+        raise GradauditError(f"{target.path}: the static pass cannot analyse {target.signature!r}: {exc}") from None
+    except MALFORMED as exc:  # a protobuf that parses but does not describe a consistent graph
+        detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise GradauditError(f"{target.path}: malformed model, the graph of {target.signature!r} cannot be "
+                             f"analysed ({exc.__class__.__name__}: {detail})") from None
+    result = StaticResult(target=target, sources=tuple(analysis.sources), outputs=tuple(analysis.outputs),
+                          flow=tuple(analysis.flow), findings=(), paths=(),
+                          notes=tuple(Note("static", n) for n in analysis.notes), analysis=analysis, model=model)
+    findings = _rules_check(analysis, result)
+    return StaticResult(target=target, sources=result.sources, outputs=result.outputs, flow=result.flow,
+                        findings=tuple(findings), paths=tuple(blocked_paths(analysis)), notes=result.notes,
+                        analysis=analysis, model=model)
+
+
+def _rules_check(analysis, partial: StaticResult) -> list[Finding]:
+    """Every static rule family; a rule that raises is gradaudit's bug, not the model's."""
+    from dataclasses import replace
+
+    from .reconcile import reconcile
+    from .results import Gate
+    from .static import STATIC_CHECKS
+
+    findings: list[Finding] = []
+    for check in STATIC_CHECKS:
+        try:
+            findings.extend(check(analysis))
+        except Exception as exc:
+            report = reconcile(replace(partial, findings=tuple(findings)), Gate(run=False))
+            raise InternalError(f"running the static rules ({check.__module__}.{check.__name__})", exc,
+                                report) from exc
+    return findings
