@@ -186,6 +186,37 @@ def _scalar_const(node) -> float | None:
     return float(value.reshape(()))
 
 
+class _OpGradient(NamedTuple):
+    """What the wiring of one op knows of its gradient (DataflowBuilder._op_gradient)."""
+
+    kind: GradKind | None
+    passes: tuple[bool, ...]  # per input: a gradient passes to it
+    uncertain: str | None = None  # why whether a gradient passes cannot be known
+    maybe: bool = False  # float inputs get MAYBE edges: a gradient may pass, or not
+    grad_error: str | None = None  # the registered gradient function raises
+
+
+def _input_flags(value: int, grad: _OpGradient, i: int, converts: bool, dtype: int) -> int:
+    """The flags of the edge from input `i` (of `dtype`) to its op: its value (unless the op reads only its
+    shape), a gradient if one passes (or MAYBE), CONVERT for a non-float value entering a float result."""
+    flags = value | (GRAD if grad.passes[i] and carries_gradient(dtype) else 0)
+    if grad.maybe and value and carries_gradient(dtype):
+        flags |= MAYBE
+    if converts and not carries_gradient(dtype):
+        flags |= CONVERT
+    return flags
+
+
+def _result_groups(node, inputs: list[int], outputs: list[int]) -> list[tuple[range | frozenset[int], list[int]]]:
+    """Which inputs each group of results depends on: all of them, except for a compiled module whose saved
+    StableHLO says per result (a JAX function's results need not read every argument)."""
+    if node.op == "XlaCallModule" and outputs:
+        deps = module_dependencies(node.attr["module"].s)
+        if deps is not None and len(deps) == len(outputs) and all(i < len(inputs) for d in deps for i in d):
+            return [(d, [o]) for d, o in zip(deps, outputs)]
+    return [(range(len(inputs)), list(outputs))]
+
+
 class GraphTooLarge(Exception):
     """The graphs would exceed the node budget: the static pass cannot analyse this model."""
 
@@ -453,39 +484,8 @@ class DataflowBuilder:
 
     def _wire_node(self, node, fname: str, inputs: list[int], outputs: list[int], layout,
                    calls: list[tuple[FunctionKey, bool]]) -> None:
-        g = self.g
-        op_type = node.op
-        if op_type in self.lib.functions or op_type in CALL_OPS:
-            callee = op_type if op_type in self.lib.functions else node.attr["f"].func.name
-            if callee in self.lib.functions:
-                self._call(callee, node, inputs, outputs)
-                return
-        if op_type in WHILE_OPS:
-            body, cond = node.attr["body"].func.name, node.attr["cond"].func.name
-            args = self.new_arg_tensors(body, node)
-            for t, a in zip(inputs, args):
-                g.alias(t, a)
-            rets = self._site(FunctionKey(body, tuple(g.dtype[a] for a in args)), args).rets
-            for r, a in zip(rets, args):
-                g.alias(r, a, BACK)
-            # The loop's results are the body's last results: we assume the body runs at least
-            # once, so a cut inside the body is not bypassed by the zero-iteration case.
-            for r, o in zip(rets, outputs):
-                g.alias(r, o)
-            # the condition reads the loop's values; its bool result carries no gradient
-            self._call(cond, node, args, [])
-            return
-        if op_type in IF_OPS or op_type in CASE_OPS:
-            branches = ([node.attr["then_branch"].func.name, node.attr["else_branch"].func.name]
-                        if op_type in IF_OPS else [f.name for f in node.attr["branches"].list.func])
-            for branch in branches:
-                self._call(branch, node, inputs[1:], outputs)
-            for o in outputs:
-                g.edge(inputs[0], o, VALUE | CONVERT)
-            return
-        if op_type == "IdentityN" and "_gradient_op_type" not in node.attr:
-            for t, o in zip(inputs, outputs):
-                g.alias(t, o)
+        """Wire one node of a body between its input and output tensors."""
+        if self._wire_control_flow(node, inputs, outputs):
             return
         self._wire_op(node, fname, inputs, outputs, layout)
         # Functions named by other attrs (dataset map functions, ...) are walked for their ops only.
@@ -493,66 +493,114 @@ class DataflowBuilder:
             if not wired:
                 self._site(key, self.new_arg_tensors(key.name), wired=False)
 
-    def _wire_op(self, node, fname, inputs, outputs, layout) -> None:
-        g = self.g
+    def _wire_control_flow(self, node, inputs: list[int], outputs: list[int]) -> bool:
+        """Wire a call of a library function, a While loop, an If or Case, or an IdentityN without a custom
+        gradient; returns False for any other op (it is wired as an op of its own)."""
         op_type = node.op
-        ref = OpRef(op_type, node.name, fname)
+        callee = self._callee(node)
+        if callee is not None:
+            self._call(callee, node, inputs, outputs)
+        elif op_type in WHILE_OPS:
+            self._wire_while(node, inputs, outputs)
+        elif op_type in IF_OPS or op_type in CASE_OPS:
+            branches = ([node.attr["then_branch"].func.name, node.attr["else_branch"].func.name]
+                        if op_type in IF_OPS else [f.name for f in node.attr["branches"].list.func])
+            for branch in branches:
+                self._call(branch, node, inputs[1:], outputs)
+            for o in outputs:
+                self.g.edge(inputs[0], o, VALUE | CONVERT)
+        elif op_type == "IdentityN" and "_gradient_op_type" not in node.attr:
+            for t, o in zip(inputs, outputs):
+                self.g.alias(t, o)
+        else:
+            return False
+        return True
+
+    def _callee(self, node) -> str | None:
+        """The library function a call op runs: the op type itself, or the `f` of a (Stateful)PartitionedCall;
+        None for any other op, or a callee the library does not hold."""
+        if node.op in self.lib.functions:
+            return node.op
+        if node.op in CALL_OPS and node.attr["f"].func.name in self.lib.functions:
+            return node.attr["f"].func.name
+        return None
+
+    def _wire_while(self, node, inputs: list[int], outputs: list[int]) -> None:
+        """A While loop: its inputs enter the body, whose results go back to its arguments (BACK edges)."""
+        g = self.g
+        body, cond = node.attr["body"].func.name, node.attr["cond"].func.name
+        args = self.new_arg_tensors(body, node)
+        for t, a in zip(inputs, args):
+            g.alias(t, a)
+        rets = self._site(FunctionKey(body, tuple(g.dtype[a] for a in args)), args).rets
+        for r, a in zip(rets, args):
+            g.alias(r, a, BACK)
+        # The loop's results are the body's last results: we assume the body runs at least
+        # once, so a cut inside the body is not bypassed by the zero-iteration case.
+        for r, o in zip(rets, outputs):
+            g.alias(r, o)
+        # the condition reads the loop's values; its bool result carries no gradient
+        self._call(cond, node, args, [])
+
+    def _wire_op(self, node, fname, inputs, outputs, layout) -> None:
+        """An op: its inputs join a node of its own (one per group of results) along edges saying whether a
+        gradient passes, that node joins its results; a custom gradient is wired by what its function does."""
+        g = self.g
+        ref = OpRef(node.op, node.name, fname)
         gradient_op_type = node.attr["_gradient_op_type"].s.decode() if "_gradient_op_type" in node.attr else None
         if gradient_op_type:
             self._wire_custom_gradient(node, ref, inputs, outputs, gradient_op_type)
             return
         op_id = g.new_node()
-        value = 0 if op_type in METADATA_OPS else VALUE
-        in_dtypes = tuple(g.dtype[t] for t in inputs)
-        out_dtypes = tuple(g.dtype[o] for o in outputs) if not layout.known else layout.dtypes
-        uncertain = grad_error = None
-        maybe = False  # float inputs get MAYBE edges: a gradient may pass, or not
-        if not layout.known:
-            kind, passes = None, (False,) * len(inputs)
-            uncertain, maybe = f"op type {op_type} is not known to this TensorFlow", True
-        elif any(carries_gradient(d) for d in in_dtypes):
-            info = self.oracle.info(op_type, in_dtypes, layout.dtypes, node.attr,
-                                    tuple(g.shape.get(t) for t in inputs))
-            kind, passes = info.kind, info.passes
-            if kind is GradKind.RAISES:
-                grad_error = info.reason
-            elif not info.verified:
-                uncertain, maybe, passes = info.reason, True, (False,) * len(inputs)
-        else:
-            kind, passes = registry_kind(op_type), (False,) * len(inputs)
-        if maybe and not any(carries_gradient(d) for d in out_dtypes):
-            maybe = False  # only integer, bool or string results: no gradient can come back through it
-        conv = CONVERTING_INPUTS.get(op_type, ())
-        # which inputs each group of results depends on: all of them, except for a compiled module whose
-        # saved StableHLO says per result (a JAX function's results need not read every argument)
-        groups: list[tuple[range | frozenset[int], list[int]]] = [(range(len(inputs)), list(outputs))]
-        if op_type == "XlaCallModule" and outputs:
-            deps = module_dependencies(node.attr["module"].s)
-            if deps is not None and len(deps) == len(outputs) and all(i < len(inputs) for d in deps for i in d):
-                groups = [(d, [o]) for d, o in zip(deps, outputs)]
-        for n, (used, group_outputs) in enumerate(groups):
+        grad = self._op_gradient(node, inputs, outputs, layout)
+        value = 0 if node.op in METADATA_OPS else VALUE
+        conv = CONVERTING_INPUTS.get(node.op, ())
+        for n, (used, group_outputs) in enumerate(_result_groups(node, inputs, outputs)):
             if n:
                 op_id = g.new_node()
-            op_inputs = []
-            for i, t in enumerate(inputs):
-                if i not in used:
-                    continue
-                flags = value | (GRAD if passes[i] and carries_gradient(g.dtype[t]) else 0)
-                if maybe and value and carries_gradient(g.dtype[t]):
-                    flags |= MAYBE
-                if i in conv and not carries_gradient(g.dtype[t]):
-                    flags |= CONVERT
+            op_inputs = [(t, _input_flags(value, grad, i, i in conv, g.dtype[t]))
+                         for i, t in enumerate(inputs) if i in used]
+            for t, flags in op_inputs:
                 g.edge(t, op_id, flags)
-                op_inputs.append((t, flags))
-            for o in group_outputs:
-                g.edge(op_id, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
-                g.producer[o] = op_id
-            g.ops[op_id] = OpNode(ref, op_inputs, list(group_outputs), kind, known=layout.known,
-                                  uncertain=uncertain if maybe else None, grad_error=grad_error)
-        if op_type == "Const" and outputs:
+            self._produce(op_id, group_outputs)
+            g.ops[op_id] = OpNode(ref, op_inputs, list(group_outputs), grad.kind, known=layout.known,
+                                  uncertain=grad.uncertain if grad.maybe else None, grad_error=grad.grad_error)
+        if node.op == "Const" and outputs:
             number = _scalar_const(node)
             if number is not None:
                 g.const_value[outputs[0]] = number
+
+    def _op_gradient(self, node, inputs: list[int], outputs: list[int], layout) -> _OpGradient:
+        """What is known of an op's gradient: from the oracle when a float input may get one, from the
+        registry when none can; uncertain (MAYBE edges) for an op type this TensorFlow does not know or a
+        gradient the oracle could not verify, unless only integer, bool or string results come out of it."""
+        g = self.g
+        op_type = node.op
+        n_in = len(inputs)
+        in_dtypes = tuple(g.dtype[t] for t in inputs)
+        out_dtypes = tuple(g.dtype[o] for o in outputs) if not layout.known else layout.dtypes
+        if not layout.known:
+            grad = _OpGradient(None, (False,) * n_in, f"op type {op_type} is not known to this TensorFlow", True)
+        elif any(carries_gradient(d) for d in in_dtypes):
+            info = self.oracle.info(op_type, in_dtypes, layout.dtypes, node.attr,
+                                    tuple(g.shape.get(t) for t in inputs))
+            if info.kind is GradKind.RAISES:
+                grad = _OpGradient(info.kind, info.passes, grad_error=info.reason)
+            elif not info.verified:
+                grad = _OpGradient(info.kind, (False,) * n_in, info.reason, True)
+            else:
+                grad = _OpGradient(info.kind, info.passes)
+        else:
+            grad = _OpGradient(registry_kind(op_type), (False,) * n_in)
+        if grad.maybe and not any(carries_gradient(d) for d in out_dtypes):
+            grad = grad._replace(maybe=False)  # no gradient can come back through it
+        return grad
+
+    def _produce(self, op_id: int, outputs: list[int]) -> None:
+        """Join op node `op_id` to the results it computes."""
+        for o in outputs:
+            self.g.edge(op_id, o, VALUE | (GRAD if carries_gradient(self.g.dtype[o]) else 0))
+            self.g.producer[o] = op_id
 
     def _wire_custom_gradient(self, node, ref, inputs, outputs, gradient_op_type) -> None:
         """A custom gradient: output k's gradient goes to the inputs its saved gradient function
@@ -563,48 +611,58 @@ class DataflowBuilder:
         g = self.g
         grad_fn = self.lib.registered_gradients.get(gradient_op_type) or ""
         saved = grad_fn in self.lib.functions
-        deps = None
-        if saved:  # deps[k][j]: result j of the gradient function depends on its argument k
-            key = FunctionKey(grad_fn, tuple(self.lib.input_dtypes(self.lib.functions[grad_fn])))
-            summary, n_ret = self.summary_of(key), len(self.ret_dtypes[key])
-            deps = [[bool(mask >> j & 1) for j in range(n_ret)] for mask in summary.value]
+        deps = self._gradient_dependencies(grad_fn) if saved else None
         unreadable = self._unreadable_module(grad_fn) if saved else None
-        n_in = len(inputs)
         identity = node.op == "IdentityN"
         for k, o in enumerate(outputs):
             pseudo = g.new_node()
             flags = dict.fromkeys(inputs, 0)
-            for t in ([inputs[k]] if identity and k < n_in else inputs):
+            for t in ([inputs[k]] if identity and k < len(inputs) else inputs):
                 flags[t] |= VALUE
-            dead = []
+            dead: list[int] = []
             if deps is not None and k < len(deps):
-                n_ret = len(deps[k])
-                positions = self.lib.gradient_result_inputs.get(grad_fn)
-                if positions is None or len(positions) != n_ret:
-                    positions = tuple(range(n_in - n_ret, n_in))
-                if n_ret == 0:  # the gradient function returns nothing: no input gets a gradient
-                    dead = [t for i, t in enumerate(inputs) if i != k and carries_gradient(g.dtype[t])]
-                else:  # arguments the function gives None get no gradient from it; for tf.custom_gradient's
-                    # IdentityN the leading Nones are the forward results themselves (their gradient is the
-                    # custom one), so only Nones after the first given result are arguments left without one
-                    given = set(positions)
-                    dead = [t for i, t in enumerate(inputs) if i not in given and i > min(given)
-                            and carries_gradient(g.dtype[t])]
-                for j, dep in enumerate(deps[k]):
-                    idx = positions[j]
-                    if 0 <= idx < n_in and carries_gradient(g.dtype[inputs[idx]]):
-                        if dep:
-                            flags[inputs[idx]] |= GRAD
-                        else:
-                            dead.append(inputs[idx])
+                reached, dead = self._custom_gradient_reach(grad_fn, deps[k], inputs, k)
+                for t in reached:
+                    flags[t] |= GRAD
             if unreadable:  # the gradient function's compiled module decides, and it cannot be read here
                 flags = {t: f | MAYBE if f & GRAD else f for t, f in flags.items()}
             for t, f in flags.items():
                 g.edge(t, pseudo, f)
-            g.edge(pseudo, o, VALUE | (GRAD if carries_gradient(g.dtype[o]) else 0))
-            g.producer[o] = pseudo
+            self._produce(pseudo, [o])
             g.ops[pseudo] = OpNode(ref, list(flags.items()), [o], None, custom_gradient=gradient_op_type,
                                    custom_gradient_saved=saved, dead_inputs=tuple(dead), uncertain=unreadable)
+
+    def _gradient_dependencies(self, grad_fn: str) -> list[list[bool]]:
+        """deps[k][j]: result j of the saved gradient function `grad_fn` depends on its argument k."""
+        key = FunctionKey(grad_fn, tuple(self.lib.input_dtypes(self.lib.functions[grad_fn])))
+        summary, n_ret = self.summary_of(key), len(self.ret_dtypes[key])
+        return [[bool(mask >> j & 1) for j in range(n_ret)] for mask in summary.value]
+
+    def _custom_gradient_reach(self, grad_fn: str, dep: list[bool], inputs: list[int],
+                               k: int) -> tuple[list[int], list[int]]:
+        """The float inputs that upstream gradient k reaches through the saved gradient function (`dep[j]`:
+        its result j depends on it), and those it leaves without a gradient (dead)."""
+        g = self.g
+        n_in, n_ret = len(inputs), len(dep)
+        positions = self.lib.gradient_result_inputs.get(grad_fn)
+        if positions is None or len(positions) != n_ret:
+            positions = tuple(range(n_in - n_ret, n_in))
+        if n_ret == 0:  # the gradient function returns nothing: no input gets a gradient
+            dead = [t for i, t in enumerate(inputs) if i != k and carries_gradient(g.dtype[t])]
+        else:  # arguments the function gives None get no gradient from it; for tf.custom_gradient's
+            # IdentityN the leading Nones are the forward results themselves (their gradient is the
+            # custom one), so only Nones after the first given result are arguments left without one
+            given = set(positions)
+            dead = [t for i, t in enumerate(inputs) if i not in given and i > min(given)
+                    and carries_gradient(g.dtype[t])]
+        reached = []
+        for idx, depends in zip(positions, dep):
+            if 0 <= idx < n_in and carries_gradient(g.dtype[inputs[idx]]):
+                if depends:
+                    reached.append(inputs[idx])
+                else:
+                    dead.append(inputs[idx])
+        return reached, dead
 
     def _unreadable_module(self, grad_fn: str) -> str | None:
         """Why the saved gradient function's results cannot be traced to its arguments: a compiled module

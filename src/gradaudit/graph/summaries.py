@@ -301,31 +301,47 @@ def _assemble(instances: list[Instance], budget: Budget) -> tuple[Dataflow, Reac
     families: list[list[int]] = [[0] * n for _ in fields(ReachMasks)]
     for inst in instances:
         budget.check_time()
-        body = inst.body.g
         to = _node_map(inst)
-        own = [x for x in range(len(body.dtype)) if inst.body.own[x] >= 0]
-        for family, spec in zip(families, fields(ReachMasks)):
-            local = getattr(inst.masks, spec.name)
-            for x in own:
-                family[to[x]] = local[x]
-        for a, (succ, flags) in enumerate(zip(body.succ, body.flags)):
-            if succ:
-                kept = [(to[b], f) for b, f in zip(succ, flags) if not f & SUMMARY]
-                g.succ[to[a]].extend(b for b, _ in kept)
-                g.flags[to[a]].extend(f for _, f in kept)
-        for b, sources in body.aliased_from.items():
-            g.aliased_from.setdefault(to[b], []).extend(to[a] for a in sources)
-        for op_id, node in body.ops.items():
-            g.ops[to[op_id]] = OpNode(node.ref, [(to[t], f) for t, f in node.inputs], [to[o] for o in node.outputs],
-                                      node.grad_kind, node.custom_gradient, node.custom_gradient_saved,
-                                      tuple(to[t] for t in node.dead_inputs), node.known, node.uncertain,
-                                      node.grad_error)
-        for t, op_id in body.producer.items():
-            g.producer[to[t]] = to[op_id]
-        for t, number in body.const_value.items():
-            g.const_value[to[t]] = number
-        for t, shape in body.shape.items():
-            if inst.body.own[t] >= 0:
-                g.shape[to[t]] = shape
-        g.has_back_edges |= body.has_back_edges
+        _copy_masks(families, inst, to)
+        _copy_edges(g, inst.body.g, to)
+        _copy_facts(g, inst.body, to)
     return g, ReachMasks(*families)
+
+
+def _copy_masks(families: list[list[int]], inst: Instance, to: list[int]) -> None:
+    """Put the instance's masks of its own nodes at their copies' places (`to`), one list per mask family."""
+    own = [x for x in range(len(inst.body.g.dtype)) if inst.body.own[x] >= 0]
+    for family, spec in zip(families, fields(ReachMasks)):
+        local = getattr(inst.masks, spec.name)
+        for x in own:
+            family[to[x]] = local[x]
+
+
+def _copy_edges(g: Dataflow, body: Dataflow, to: list[int]) -> None:
+    """Copy the body's edges into `g` through `to`, but for its summary edges: the callees' copies stand for
+    them."""
+    for a, (succ, flags) in enumerate(zip(body.succ, body.flags)):
+        if succ:
+            kept = [(to[b], f) for b, f in zip(succ, flags) if not f & SUMMARY]
+            g.succ[to[a]].extend(b for b, _ in kept)
+            g.flags[to[a]].extend(f for _, f in kept)
+    for b, sources in body.aliased_from.items():
+        g.aliased_from.setdefault(to[b], []).extend(to[a] for a in sources)
+    g.has_back_edges |= body.has_back_edges
+
+
+def _copy_facts(g: Dataflow, body: Body, to: list[int]) -> None:
+    """Copy what the body knows of its nodes into `g` through `to`: its ops, producers, constants and shapes."""
+    src = body.g
+    for op_id, node in src.ops.items():
+        g.ops[to[op_id]] = OpNode(node.ref, [(to[t], f) for t, f in node.inputs], [to[o] for o in node.outputs],
+                                  node.grad_kind, node.custom_gradient, node.custom_gradient_saved,
+                                  tuple(to[t] for t in node.dead_inputs), node.known, node.uncertain,
+                                  node.grad_error)
+    for t, op_id in src.producer.items():
+        g.producer[to[t]] = to[op_id]
+    for t, number in src.const_value.items():
+        g.const_value[to[t]] = number
+    for t, shape in src.shape.items():
+        if body.own[t] >= 0:
+            g.shape[to[t]] = shape

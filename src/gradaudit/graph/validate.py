@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .dtypes import DT_INVALID
-from .library import Library
+from .library import Library, OutputLayout
 
 # OpDef attr type -> the AttrValue field that holds it
 _KINDS = {"string": "s", "int": "i", "float": "f", "bool": "b", "type": "type", "shape": "shape", "tensor": "tensor",
@@ -73,30 +73,41 @@ def _check_attrs(node, specs: list[_AttrSpec], fname: str | None) -> bool:
         kind = value.WhichOneof("value")
         if kind == "placeholder":
             concrete = False
+        elif kind is None or a.kind is None:
             continue
-        if kind is None or a.kind is None:
-            continue
-        if a.is_list:
-            if kind != "list" or any(len(getattr(value.list, k)) for k in _LIST_KINDS if k != a.kind):
-                raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds a {_KIND_NAMES[kind]}, not a "
-                                    f"list of {_KIND_NAMES[a.kind]}")
-            if a.allowed is not None:
-                for t in value.list.type:
-                    if t not in a.allowed:
-                        raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds {_dtype_name(t)}, which "
-                                            "its op does not allow")
-            if a.minimum is not None and len(getattr(value.list, a.kind)) < a.minimum:
-                raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} has fewer than {a.minimum} values")
-            continue
-        if kind != a.kind:
-            raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds a {_KIND_NAMES[kind]}, not a "
-                                f"{_KIND_NAMES[a.kind]}")
-        if a.allowed is not None and value.type not in a.allowed:
-            raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds {_dtype_name(value.type)}, which its "
-                                "op does not allow")
-        if a.kind == "i" and a.minimum is not None and value.i < a.minimum:
-            raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} is {value.i}, below its minimum {a.minimum}")
+        elif a.is_list:
+            _check_list_attr(node, a, value, kind, fname)
+        else:
+            _check_single_attr(node, a, value, kind, fname)
     return concrete
+
+
+def _check_list_attr(node, a: _AttrSpec, value, kind: str, fname: str | None) -> None:
+    """A list attr: a list of its declared kind only, of allowed types, with at least its minimum of values."""
+    assert a.kind is not None  # _check_attrs skips an attr whose kind is not checked
+    if kind != "list" or any(len(getattr(value.list, k)) for k in _LIST_KINDS if k != a.kind):
+        raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds a {_KIND_NAMES[kind]}, not a "
+                            f"list of {_KIND_NAMES[a.kind]}")
+    if a.allowed is not None:
+        for t in value.list.type:
+            if t not in a.allowed:
+                raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds {_dtype_name(t)}, which "
+                                    "its op does not allow")
+    if a.minimum is not None and len(getattr(value.list, a.kind)) < a.minimum:
+        raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} has fewer than {a.minimum} values")
+
+
+def _check_single_attr(node, a: _AttrSpec, value, kind: str, fname: str | None) -> None:
+    """An attr that is not a list: of its declared kind, an allowed type, an int not below its minimum."""
+    assert a.kind is not None  # _check_attrs skips an attr whose kind is not checked
+    if kind != a.kind:
+        raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds a {_KIND_NAMES[kind]}, not a "
+                            f"{_KIND_NAMES[a.kind]}")
+    if a.allowed is not None and value.type not in a.allowed:
+        raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} holds {_dtype_name(value.type)}, which its "
+                            "op does not allow")
+    if a.kind == "i" and a.minimum is not None and value.i < a.minimum:
+        raise RejectedGraph(f"{_where(node, fname)}: attr {a.name!r} is {value.i}, below its minimum {a.minimum}")
 
 
 def _body(library: Library, nodes, fname: str | None, args: dict[str, int],
@@ -108,7 +119,15 @@ def _body(library: Library, nodes, fname: str | None, args: dict[str, int],
             raise RejectedGraph(f"two nodes are named {node.name!r} in "
                                 f"{'function ' + repr(fname) if fname else 'the graph'}")
         by_name[node.name] = node
-    # name -> (concrete: counts and dtypes are the node's own, layout)
+    layouts = _layouts(library, nodes, fname, specs)
+    for node in nodes:
+        _check_inputs(library, node, by_name, layouts, args, fname)
+
+
+def _layouts(library: Library, nodes, fname: str | None,
+             specs: dict[str, tuple[list[_AttrSpec], list[str]]]) -> dict[str, tuple[bool, OutputLayout]]:
+    """Name -> (concrete: counts and dtypes are the node's own, layout) for each node whose op is known here (a
+    library function or a registered op, whose node is checked on the way)."""
     layouts = {}
     for node in nodes:
         fdef = library.functions.get(node.op)
@@ -119,40 +138,58 @@ def _body(library: Library, nodes, fname: str | None, args: dict[str, int],
             op_def = library.op_def(node.op)
             if op_def is None:
                 continue  # an op this TensorFlow does not know: the static pass reports it
-            if node.op not in specs:
-                specs[node.op] = _specs(op_def)
-            attr_specs, func_attrs = specs[node.op]
-            concrete = _check_attrs(node, attr_specs, fname)
-            if func_attrs:
-                _check_called_functions(library, node, fname, func_attrs)
-            _check_saved_gradient(library, node, fname)
+            concrete = _check_op_node(library, node, op_def, fname, specs)
         layouts[node.name] = (concrete, library.layout(node))
-    for node in nodes:
-        entry = layouts.get(node.name)
-        expected = library.expected_input_dtypes(node) if entry is not None and entry[0] else None
-        data = 0
-        seen_control = False
-        for ref in node.input:
-            if ref.startswith("^"):
-                seen_control = True
-                source = ref[1:]
-                if source not in by_name and source not in args:
-                    raise RejectedGraph(f"{_where(node, fname)} has a control input from {source!r}, which is "
-                                        "not in it")
-                continue
-            if seen_control:
-                raise RejectedGraph(f"{_where(node, fname)} has data input {ref!r} after a control input")
-            dtype = _source_dtype(ref, by_name, layouts, args, node, fname)
-            if expected is not None:
-                if data >= len(expected):
-                    raise RejectedGraph(f"{_where(node, fname)} has more inputs than the {len(expected)} its op takes")
-                want = expected[data]
-                if dtype != DT_INVALID and want != DT_INVALID and dtype % 100 != want % 100:
-                    raise RejectedGraph(f"{_where(node, fname)}: input {data} ({ref!r}) is {_dtype_name(dtype % 100)} "
-                                        f"where its op takes {_dtype_name(want % 100)}")
-            data += 1
-        if expected is not None and data < len(expected):
-            raise RejectedGraph(f"{_where(node, fname)} has {data} inputs where its op takes {len(expected)}")
+    return layouts
+
+
+def _check_op_node(library: Library, node, op_def, fname: str | None,
+                   specs: dict[str, tuple[list[_AttrSpec], list[str]]]) -> bool:
+    """A node of a registered op: its attrs, the functions they call and its saved gradient; returns whether
+    its attrs are concrete (`_check_attrs`). `specs` caches each op's attr specs."""
+    if node.op not in specs:
+        specs[node.op] = _specs(op_def)
+    attr_specs, func_attrs = specs[node.op]
+    concrete = _check_attrs(node, attr_specs, fname)
+    if func_attrs:
+        _check_called_functions(library, node, fname, func_attrs)
+    _check_saved_gradient(library, node, fname)
+    return concrete
+
+
+def _check_inputs(library: Library, node, by_name, layouts, args: dict[str, int], fname: str | None) -> None:
+    """A node's inputs: control inputs after the data inputs and from nodes of the body; each data input a
+    tensor of the body, of the dtype its op takes there, as many as the op takes."""
+    entry = layouts.get(node.name)
+    expected = library.expected_input_dtypes(node) if entry is not None and entry[0] else None
+    data = 0
+    seen_control = False
+    for ref in node.input:
+        if ref.startswith("^"):
+            seen_control = True
+            source = ref[1:]
+            if source not in by_name and source not in args:
+                raise RejectedGraph(f"{_where(node, fname)} has a control input from {source!r}, which is "
+                                    "not in it")
+            continue
+        if seen_control:
+            raise RejectedGraph(f"{_where(node, fname)} has data input {ref!r} after a control input")
+        dtype = _source_dtype(ref, by_name, layouts, args, node, fname)
+        if expected is not None:
+            _check_input_dtype(node, fname, data, ref, dtype, expected)
+        data += 1
+    if expected is not None and data < len(expected):
+        raise RejectedGraph(f"{_where(node, fname)} has {data} inputs where its op takes {len(expected)}")
+
+
+def _check_input_dtype(node, fname: str | None, data: int, ref: str, dtype: int, expected) -> None:
+    """Data input number `data` (`ref`, of `dtype`): one the op takes, of the dtype it takes there."""
+    if data >= len(expected):
+        raise RejectedGraph(f"{_where(node, fname)} has more inputs than the {len(expected)} its op takes")
+    want = expected[data]
+    if dtype != DT_INVALID and want != DT_INVALID and dtype % 100 != want % 100:
+        raise RejectedGraph(f"{_where(node, fname)}: input {data} ({ref!r}) is {_dtype_name(dtype % 100)} "
+                            f"where its op takes {_dtype_name(want % 100)}")
 
 
 def _source_dtype(ref: str, by_name, layouts, args: dict[str, int], node, fname: str | None) -> int:

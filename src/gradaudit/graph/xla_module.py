@@ -70,6 +70,7 @@ class _Module:
         self._active: set[str] = set()
 
     def summary(self, name: str) -> tuple[frozenset[int], ...]:
+        """Per result of function `name`: the arguments its value depends on."""
         if name in self._summaries:
             return self._summaries[name]
         if name in self._active or name not in self.functions:
@@ -77,53 +78,61 @@ class _Module:
         self._active.add(name)
         args, body = self.functions[name]
         deps: dict[str, frozenset[int]] = {a: frozenset({i}) for i, a in enumerate(args)}
-
-        def of(token: str) -> frozenset[int]:
-            if token in deps:
-                return deps[token]
-            return deps.get(token.split("#")[0], frozenset())
-
         result: tuple[frozenset[int], ...] | None = None
-        pending: list[str] = []  # an op whose regions span several lines, gathered until its braces close
-        balance = 0
-        for line in body:
-            if pending or (balance == 0 and line.count("(") + line.count("{") > line.count(")") + line.count("}")
-                           and "({" in line):
-                pending.append(line)
-                balance += line.count("{") - line.count("}")
-                if balance > 0:
-                    continue
-                line, pending, balance = " ".join(pending), [], 0
+        for line in _statements(body):
             stripped = line.strip()
             if stripped.startswith(("return ", "func.return ")):
                 values = _VALUE.findall(stripped.split(":", 1)[0])
-                result = tuple(of(v) for v in values)
-                continue
-            m = _DEF.match(line)
-            if not m:
-                continue
-            targets, rhs = m.group(1), m.group(2)
-            names = []
-            for t in targets.split(","):
-                t = t.strip()
-                base, _, count = t.partition(":")
-                names.append((base, int(count) if count else 1))
-            call = _CALL.search(rhs)
-            if call is not None:
-                callee = self.summary(call.group(1).strip('"'))
-                operands = _VALUE.findall(call.group(2))
-                outs = [frozenset().union(*(of(operands[j]) for j in res if j < len(operands))) for res in callee]
-                base = names[0][0]
-                for k, d in enumerate(outs):
-                    deps[f"{base}#{k}"] = d
-                deps[base] = frozenset().union(*outs) if outs else frozenset()
-                continue
-            used = frozenset() if rhs.lstrip().startswith(_SHAPE_ONLY) else frozenset().union(
-                *(of(v) for v in _VALUE.findall(rhs.split(" : ", 1)[0] if "({" not in rhs else rhs)))
-            for base, _ in names:
-                deps[base] = used
+                result = tuple(_of(deps, v) for v in values)
+            else:
+                self._define(deps, line)
         self._active.discard(name)
         if result is None:
             raise ValueError(f"no return in {name}")
         self._summaries[name] = result
         return result
+
+    def _define(self, deps: dict[str, frozenset[int]], line: str) -> None:
+        """Record in `deps` what the values a statement defines depend on: a call's results by the callee's
+        summary, any other op's by the values it reads (none for an op that reads only a shape)."""
+        m = _DEF.match(line)
+        if not m:
+            return
+        targets, rhs = m.group(1), m.group(2)
+        bases = [t.strip().partition(":")[0] for t in targets.split(",")]
+        call = _CALL.search(rhs)
+        if call is not None:
+            callee = self.summary(call.group(1).strip('"'))
+            operands = _VALUE.findall(call.group(2))
+            outs = [frozenset().union(*(_of(deps, operands[j]) for j in res if j < len(operands))) for res in callee]
+            for k, d in enumerate(outs):
+                deps[f"{bases[0]}#{k}"] = d
+            deps[bases[0]] = frozenset().union(*outs) if outs else frozenset()
+            return
+        used = frozenset() if rhs.lstrip().startswith(_SHAPE_ONLY) else frozenset().union(
+            *(_of(deps, v) for v in _VALUE.findall(rhs.split(" : ", 1)[0] if "({" not in rhs else rhs)))
+        for base in bases:
+            deps[base] = used
+
+
+def _of(deps: dict[str, frozenset[int]], token: str) -> frozenset[int]:
+    """The arguments value `token` (`%x`, or result `%x#k` of a call) depends on; none for a constant."""
+    if token in deps:
+        return deps[token]
+    return deps.get(token.split("#")[0], frozenset())
+
+
+def _statements(body: list[str]):
+    """The body's statements, one per line, except that an op whose regions span several lines is gathered
+    into one until its braces close."""
+    pending: list[str] = []
+    balance = 0
+    for line in body:
+        if pending or (balance == 0 and line.count("(") + line.count("{") > line.count(")") + line.count("}")
+                       and "({" in line):
+            pending.append(line)
+            balance += line.count("{") - line.count("}")
+            if balance > 0:
+                continue
+            line, pending, balance = " ".join(pending), [], 0
+        yield line

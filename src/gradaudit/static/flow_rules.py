@@ -364,34 +364,51 @@ def _sampler_findings(analysis) -> list:
     connected = {(e.source, e.output) for e in analysis.flow if e.status == "connected"}
     findings, seen = [], set()
     for node in g.ops.values():
-        ref = node.ref
-        if ref in seen:
+        if node.ref in seen:
             continue
-        if _is_random(ref.op_type):
-            ins = [t for t, _ in node.inputs if carries_gradient(g.dtype[t])]
-            src_masks, out_masks = analysis.reach_value, analysis.to_output_value
-        elif node.custom_gradient and node.custom_gradient_saved and _draws_inside(g, node, drawn):
-            ins = [t for t, _ in node.inputs]
-            src_masks, out_masks = analysis.reach_grad, analysis.to_output_grad
-        else:
+        reach = _sampler_reach(analysis, node, drawn)
+        if reach is None:
             continue
-        src = 0
-        for t in ins:
-            src |= src_masks[t]
-        out = 0
-        for o in node.outputs:
-            out |= out_masks[o]
+        src, out = reach
         srcs = [x for x in analysis.source_names(src) if any((x, o) in connected for o in analysis.output_names(out))]
         outs = [o for o in analysis.output_names(out) if any((x, o) in connected for x in srcs)]
         if srcs and outs:
-            seen.add(ref)
-            what = ("draws samples whose distribution depends on" if _is_random(ref.op_type) else
-                    f"is a custom gradient ({node.custom_gradient}) over a value drawn at random from")
-            findings.append(SamplerGradient.finding(
-                f"{ref.label} {what} {_names(srcs)}: the gradient through it to {_names(outs)} is a "
-                "reparameterization estimator, not the derivative with the seed held fixed, so a numeric "
-                "difference on these pairs is expected", op=ref, sources=srcs, outputs=outs))
+            seen.add(node.ref)
+            findings.append(_sampler_finding(node, srcs, outs))
     return findings
+
+
+def _sampler_reach(analysis, node, drawn: list[int]) -> tuple[int, int] | None:
+    """For a random op: the sources its float inputs' values depend on, and the outputs its draws reach by
+    value; for a saved custom gradient over a random draw: the sources and outputs its gradient joins (masks).
+    None for any other op."""
+    g = analysis.graph
+    if _is_random(node.ref.op_type):
+        ins = [t for t, _ in node.inputs if carries_gradient(g.dtype[t])]
+        src_masks, out_masks = analysis.reach_value, analysis.to_output_value
+    elif node.custom_gradient and node.custom_gradient_saved and _draws_inside(g, node, drawn):
+        ins = [t for t, _ in node.inputs]
+        src_masks, out_masks = analysis.reach_grad, analysis.to_output_grad
+    else:
+        return None
+    src = 0
+    for t in ins:
+        src |= src_masks[t]
+    out = 0
+    for o in node.outputs:
+        out |= out_masks[o]
+    return src, out
+
+
+def _sampler_finding(node, srcs: list[str], outs: list[str]):
+    """The sampler-gradient finding of a random op or a custom gradient over a draw, on the pairs it joins."""
+    ref = node.ref
+    what = ("draws samples whose distribution depends on" if _is_random(ref.op_type) else
+            f"is a custom gradient ({node.custom_gradient}) over a value drawn at random from")
+    return SamplerGradient.finding(
+        f"{ref.label} {what} {_names(srcs)}: the gradient through it to {_names(outs)} is a "
+        "reparameterization estimator, not the derivative with the seed held fixed, so a numeric "
+        "difference on these pairs is expected", op=ref, sources=srcs, outputs=outs)
 
 
 _WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterUpdate",

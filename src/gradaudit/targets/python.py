@@ -246,37 +246,13 @@ def trace(obj: Any, label: str, input_specs: list | None = None, kind: str = "py
         return _keras_concrete(obj, label)
     owner = None
     if isinstance(obj, tf.Module) and not isinstance(obj, tf.types.experimental.GenericFunction):
-        owner, call = obj, obj.__call__ if callable(obj) else None
-        if not isinstance(call, (tf.types.experimental.GenericFunction, tf.types.experimental.ConcreteFunction)):
-            raise GradauditError(f"{label}: the tf.Module's __call__ is not a tf.function")
-        obj = call
+        owner, obj = obj, _module_call(obj, label)
     if isinstance(obj, tf.types.experimental.ConcreteFunction):
         fn = obj
     elif isinstance(obj, (tf.types.experimental.GenericFunction, polymorphic_function.Function)):
-        if input_specs:
-            fn = obj.get_concrete_function(*input_specs)
-        elif getattr(obj, "input_signature", None) is not None:
-            fn = obj.get_concrete_function()
-        else:
-            raise GradauditError(f"{label}: this tf.function has no input_signature; pass "
-                                 "--input-spec NAME=DTYPE[D0,D1,...] for each argument")
+        fn = _concrete_function(obj, label, input_specs)
     elif callable(obj) and not isinstance(obj, type):
-        import inspect
-
-        try:
-            params = list(inspect.signature(obj).parameters.values())
-            needs_arguments = any(p.default is inspect.Parameter.empty
-                                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
-        except (TypeError, ValueError):
-            needs_arguments = True
-        if needs_arguments:
-            raise GradauditError(f"{label}: a {type(obj).__name__} that is not a tf.function, ConcreteFunction, "
-                                 "tf.Module or keras.Model (a plain function must take no arguments and "
-                                 "return one of these)")
-        try:
-            made = obj()
-        except Exception as exc:  # noqa: BLE001 - the user's factory failed
-            raise GradauditError(f"{label}: calling it failed: {exc.__class__.__name__}: {exc}") from None
+        made = _call_factory(obj, label)
         if callable(made) or isinstance(made, tf.Module):
             return trace(made, label, input_specs, kind)
         raise GradauditError(f"{label}: it returned a {type(made).__name__}, not something to audit")
@@ -286,6 +262,46 @@ def trace(obj: Any, label: str, input_specs: list | None = None, kind: str = "py
     names = {id(v.handle): _info(v, None, v.trainable) for v in fn.variables}
     owner_vars = [_info(v, None, True) for v in owner.trainable_variables] if owner is not None else []
     return Traced(fn, kind, label, names, None, owner_vars, owner)
+
+
+def _module_call(module: Any, label: str) -> Any:
+    """The tf.function a tf.Module's __call__ is; refuses a module whose __call__ is not one."""
+    import tensorflow as tf
+
+    call = module.__call__ if callable(module) else None
+    if not isinstance(call, (tf.types.experimental.GenericFunction, tf.types.experimental.ConcreteFunction)):
+        raise GradauditError(f"{label}: the tf.Module's __call__ is not a tf.function")
+    return call
+
+
+def _concrete_function(fn: Any, label: str, input_specs: list | None) -> Any:
+    """The concrete function of a tf.function for `input_specs`, or for its own input_signature."""
+    if input_specs:
+        return fn.get_concrete_function(*input_specs)
+    if getattr(fn, "input_signature", None) is not None:
+        return fn.get_concrete_function()
+    raise GradauditError(f"{label}: this tf.function has no input_signature; pass "
+                         "--input-spec NAME=DTYPE[D0,D1,...] for each argument")
+
+
+def _call_factory(factory: Any, label: str) -> Any:
+    """What a plain function returns when called without arguments; refuses one that needs arguments."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+        needs_arguments = any(p.default is inspect.Parameter.empty
+                              and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
+    except (TypeError, ValueError):
+        needs_arguments = True
+    if needs_arguments:
+        raise GradauditError(f"{label}: a {type(factory).__name__} that is not a tf.function, ConcreteFunction, "
+                             "tf.Module or keras.Model (a plain function must take no arguments and "
+                             "return one of these)")
+    try:
+        return factory()
+    except Exception as exc:  # noqa: BLE001 - the user's factory failed
+        raise GradauditError(f"{label}: calling it failed: {exc.__class__.__name__}: {exc}") from None
 
 
 def _trace_custom_gradients(fn) -> tuple[list, dict[str, str]]:
