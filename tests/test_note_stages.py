@@ -39,8 +39,20 @@ def test_reconcile_fills_every_field_of_the_report_but_the_policy():
     silently keep its default."""
     from dataclasses import fields
 
-    from gradaudit.model import (BlockedPath, Finding, FlowEntry, Isolation, NumericResult, Output, PathStep,
-                                 PrecisionResult, Severity, Source, StabilityResult, Target)
+    from gradaudit.model import (
+        BlockedPath,
+        Finding,
+        FlowEntry,
+        Isolation,
+        NumericResult,
+        Output,
+        PathStep,
+        PrecisionResult,
+        Severity,
+        Source,
+        StabilityResult,
+        Target,
+    )
     from gradaudit.reconcile import reconcile
     from gradaudit.results import Gate, Note, NumericPart, PrecisionPart, ProbePart, RuntimeResult, StaticResult
 
