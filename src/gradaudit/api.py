@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import GradauditError, InternalError
 from .model import Isolation, Report, Target
@@ -13,10 +13,18 @@ from .results import AuditOptions, Gate, RuntimeResult, StaticResult
 from .runtime import StageFailed, check_inputs, run_saved_model, run_traced
 from .static_pass import MALFORMED, run_static
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from .isolate import Stopped
+    from .suppress import Policy
+    from .targets import AuditTarget
+    from .targets.saved_model import SavedModelFile, SignatureGraph
+
 __all__ = ["AuditOptions", "audit", "audit_object", "audit_saved_model", "read_saved_model", "signature_keys"]
 
 
-def read_saved_model(path: str, options: AuditOptions):
+def read_saved_model(path: str, options: AuditOptions) -> SavedModelFile:
     """The one parse of a SavedModel an audit makes (the --load-ops packages first: their ops' definitions)."""
     from .targets.saved_model import SavedModelFile
 
@@ -27,7 +35,8 @@ def read_saved_model(path: str, options: AuditOptions):
     return SavedModelFile(path, options.tags)
 
 
-def audit_saved_model(path: str, options: AuditOptions, signature: str | None = None, model=None) -> Report:
+def audit_saved_model(path: str, options: AuditOptions, signature: str | None = None,
+                      model: SavedModelFile | None = None) -> Report:
     """The audit of one signature of a SavedModel; `model`: its parse (read_saved_model), when the caller
     has one. Target -> static pass -> gate -> runtime (here or in the confined child) -> reconcile."""
     key = signature or options.signature
@@ -76,7 +85,7 @@ def _runs(options: AuditOptions) -> Gate:
     return Gate(run=True, seed=options.seed, inputs_given=bool(options.inputs_file))
 
 
-def _saved_model_gate(static: StaticResult, sig, path: str, options: AuditOptions) -> Gate:
+def _saved_model_gate(static: StaticResult, sig: SignatureGraph, path: str, options: AuditOptions) -> Gate:
     """Whether the runtime stages run on a SavedModel signature, and why not: --static-only, a saved function
     (no signature to call), ops not proven safe, variables that cannot be restored."""
     if options.static_only:
@@ -132,9 +141,11 @@ def _child_result(data: Any) -> Report | RuntimeResult | InternalError:
     if not isinstance(data, dict) or len(data) != 1:
         raise WireError("result: expected one of report, runtime, internal, error")
     if "report" in data:
-        return decode(Report, data["report"], "report")
+        report: Report = decode(Report, data["report"], "report")
+        return report
     if "runtime" in data:
-        return decode(RuntimeResult, data["runtime"], "runtime")
+        runtime: RuntimeResult = decode(RuntimeResult, data["runtime"], "runtime")
+        return runtime
     if "error" in data:
         raise GradauditError(decode(str, data["error"], "error"))
     internal = data.get("internal")
@@ -176,7 +187,7 @@ def _model_folder(path: str) -> str:
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
-def _variables_problem(model, path: str) -> str | None:
+def _variables_problem(model: AuditTarget, path: str) -> str | None:
     """The model's variables/ before TensorFlow's restore opens it: a FIFO or a device is refused (exit 2); a
     missing, truncated or corrupt file is the reason the runtime does not run, naming the file."""
     from .safety.checkpoint import check_variables, variables_problem
@@ -195,7 +206,7 @@ def _readable(model: str, options: AuditOptions) -> tuple[str, ...]:
     return (model, *extra, *(lib for lib in options.load_ops if is_library(lib)))
 
 
-def _stopped(exc) -> str:
+def _stopped(exc: Stopped) -> str:
     from .isolate import Timeout
 
     if isinstance(exc.reason, Timeout):
@@ -254,7 +265,7 @@ def _audit_keras_file(path: str, options: AuditOptions) -> Report:
     return replace(child, target=target, isolation=isolation if child.isolation is not None else None)
 
 
-def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str = "python") -> Report:
+def audit_object(obj: object, options: AuditOptions, label: str | None = None, kind: str = "python") -> Report:
     """Audit a tf.function, ConcreteFunction, tf.Module or keras.Model by reading its traced graph."""
     from .targets.python import TracedModel, parse_input_spec, trace
 
@@ -279,7 +290,7 @@ def audit_object(obj, options: AuditOptions, label: str | None = None, kind: str
     return reconcile(static, gate, replace(runtime, isolation=isolation))
 
 
-def signature_keys(model) -> list[str]:
+def signature_keys(model: SavedModelFile) -> list[str]:
     """What --all-signatures audits in a parsed SavedModel: the signatures, or, for a model saved without
     any, its saved functions by their stable names. A model with neither is an error, never an empty pass."""
     keys = model.signature_keys() or list(model.saved_functions())
@@ -288,7 +299,7 @@ def signature_keys(model) -> list[str]:
     return keys
 
 
-def _from_config(path: str | os.PathLike) -> dict:
+def _from_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The options and policy a configuration file sets, as `audit` keyword arguments: read and checked by the
     command line's option declarations (keys are the option names)."""
     from .options import api_config
@@ -296,11 +307,13 @@ def _from_config(path: str | os.PathLike) -> dict:
     return api_config(path, {f.name for f in fields(AuditOptions)} | {"select", "ignore", "ignore_ops", "fail_on"})
 
 
-def _policy(select, ignore, ignore_ops):
+def _policy(select: object, ignore: object, ignore_ops: object) -> Policy:
     from .suppress import IgnoreOp, Policy, UnknownRule, parse_rules, split_values
 
-    def listed(value) -> list[str]:
-        return [value] if isinstance(value, str) else list(value or ())
+    def listed(value: object) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        return list(cast("Iterable[str]", value or ()))
 
     try:
         return Policy(select=parse_rules(listed(select)) if select else None,
@@ -310,8 +323,8 @@ def _policy(select, ignore, ignore_ops):
         raise GradauditError(str(exc)) from None
 
 
-def audit(target, *, config: str | os.PathLike | None = None, select=None, ignore=None, ignore_ops=None,
-          fail_on: str | None = None, **options) -> Report:
+def audit(target: object, *, config: str | os.PathLike[str] | None = None, select: object = None,
+          ignore: object = None, ignore_ops: object = None, fail_on: str | None = None, **options: Any) -> Report:
     """Audit `target` and return the Report.
 
     `target` is a SavedModel folder, a `.keras`/`.h5` file, `package.module:attr` or `file.py:attr`,
@@ -333,7 +346,7 @@ def audit(target, *, config: str | os.PathLike | None = None, select=None, ignor
     return replace(policy.apply(_audit_target(target, settings)), fail_on=threshold)
 
 
-def _audit_target(target, options: dict) -> Report:
+def _audit_target(target: object, options: dict[str, Any]) -> Report:
     from .targets.python import KERAS_SUFFIXES, is_python_target, resolve
 
     fields: dict[str, Any] = {k: tuple(v) if k in ("tags", "input_specs", "load_ops") and isinstance(v, list) else v

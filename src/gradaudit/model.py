@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -386,7 +387,7 @@ class Report:
 
 
 
-def combined_verdict(reports, fail_on: str = "error", failed: bool = False) -> str:
+def combined_verdict(reports: Iterable[Report], fail_on: str = "error", failed: bool = False) -> str:
     """One verdict for several reports: `fail` when any fails (or a model could not be audited), else
     `incomplete` when any is, else `pass`."""
     verdicts = {r.verdict(fail_on) for r in reports}

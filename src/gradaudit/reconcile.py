@@ -15,9 +15,10 @@ It reads values only (results.py): no TensorFlow, no graph, no stage.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
-from .model import Finding, NumericResult, Report, Severity
+from .model import Finding, NumericResult, OpRef, Report, Severity
 from .results import Gate, HazardVerdict, Note, RuntimeResult, StaticResult
 from .rules import get_rule
 
@@ -33,7 +34,7 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
     notes: list[Note] = list(static.notes)
     incomplete: list[str] = list(gate.reasons)
 
-    def note(stage: str, lines) -> None:
+    def note(stage: str, lines: Iterable[str]) -> None:
         seen = {n.text for n in notes}
         for line in lines:
             if line not in seen:
@@ -76,7 +77,7 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
     return report
 
 
-def _extend_once(lines: list[str], more) -> None:
+def _extend_once(lines: list[str], more: Iterable[str]) -> None:
     lines.extend(line for line in more if line not in lines)
 
 
@@ -105,7 +106,7 @@ def not_yet_reported(known: list[Finding], findings: tuple[Finding, ...]) -> lis
     wrong gradient seen at the synthesised point and again at a probe point is one finding (the probe point's
     row stays in the numeric table)."""
 
-    def op_key(f: Finding):
+    def op_key(f: Finding) -> tuple[str, str] | None:
         return (f.op.op_type, f.op.op_name) if f.op else None
 
     seen = {(op_key(f), s) for f in known if f.rule == "gradient-mismatch" for s in f.sources}
@@ -193,7 +194,7 @@ def _explained(f: Finding, cut: Finding, findings: list[Finding]) -> Finding:
 
 
 def explain_mismatches(findings: list[Finding], numeric: list[NumericResult], variables: set[str],
-                       float_outputs: tuple[str, ...] = (), partial: frozenset = frozenset()
+                       float_outputs: tuple[str, ...] = (), partial: frozenset[tuple[str, OpRef]] = frozenset()
                        ) -> tuple[list[Finding], list[NumericResult]]:
     """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
     cut does: `y = f(x) + tf.stop_gradient(g(x))` has a gradient that leaves out g on purpose. Such a

@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .errors import GradauditError, InternalError
 from .model import Finding, Target
 from .progress import say
 from .results import Note, StaticResult
+
+if TYPE_CHECKING:
+    from .flow import StaticAnalysis
+    from .targets import AuditTarget
+    from .targets.saved_model import SignatureGraph
 
 # What a parsed but inconsistent graph raises inside the static pass (dangling references, missing
 # outputs, wrong attribute kinds): reported as a load error, exit 2.
@@ -14,7 +21,7 @@ MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, Recurs
              UnicodeDecodeError)
 
 
-def run_static(model, sig, target: Target) -> StaticResult:
+def run_static(model: AuditTarget, sig: SignatureGraph, target: Target) -> StaticResult:
     """The static pass on any target (`model`: its parse, a targets.AuditTarget; `sig`: the signature's graph).
     A graph too large or inconsistent to analyse is the model's fault (exit 2); a rule that raises is
     gradaudit's (InternalError, with the report as far as it got)."""
@@ -44,7 +51,7 @@ def run_static(model, sig, target: Target) -> StaticResult:
                         analysis=analysis, model=model)
 
 
-def _rules_check(analysis, partial: StaticResult) -> list[Finding]:
+def _rules_check(analysis: StaticAnalysis, partial: StaticResult) -> list[Finding]:
     """Every static rule family; a rule that raises is gradaudit's bug, not the model's."""
     from dataclasses import replace
 
