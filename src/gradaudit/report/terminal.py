@@ -17,13 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model import FlowEntry, Report, Severity
-from .common import display_path, model_label, visible
+from .common import MAX_ROWS, display_path, model_label, visible
 from .numeric_rows import numeric_rows
 
 if TYPE_CHECKING:
     from ..model import AuditFailure
 
-MAX_ROWS = 24  # above this many variables, rows whose flow is all-connected are summarised
 _SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _NUM_STYLE = {"pass": "green", "fail": "bold red", "inconclusive": "yellow", "skipped": "dim", "error": "red"}
 
