@@ -52,7 +52,8 @@ class Config:
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data: dict[str, Any] = tomllib.load(f)
+            return data
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
