@@ -17,7 +17,8 @@ from multiprocessing.process import BaseProcess
 
 from .api import AuditOptions, audit, audit_saved_model, read_saved_model, signature_keys
 from .errors import GradauditError, InternalError
-from .model import AuditFailure, Report
+from .model import AuditFailure as AuditFailure  # re-exported: the CLI and callers import it from here
+from .model import Report
 from .report.common import GRAPH_FILES
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,8 @@ class Config:
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data: dict[str, Any] = tomllib.load(f)
+            return data
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
@@ -142,10 +144,9 @@ def _inside_project(config: Config, key: str, value: str) -> None:
                           "to write elsewhere)")
 
 
-def _value(config: Config, key: str, param: click.Option, value: Any, ctx: click.Context) -> Any:
-    def bad(message: str) -> ConfigError:
-        return ConfigError(f"{config.where}: {key}: {message}")
-
+def _shaped(bad: Callable[[str], ConfigError], key: str, param: click.Option, value: Any) -> Any:
+    """The value as the option takes it: a table only for per-rule values, a list for a repeatable option (one
+    value becomes a list of it), true or false for a flag, one value otherwise."""
     if isinstance(value, dict):
         # A table is how per-rule values are written: ignore-ops = {zero-gradient = ["*ArgMax*"]}.
         if key != "ignore-ops":
@@ -160,15 +161,29 @@ def _value(config: Config, key: str, param: click.Option, value: Any, ctx: click
         raise bad(f"expected true or false, not {value!r}")
     elif isinstance(value, (list, dict)):
         raise bad("expected one value, not a list")
+    return value
+
+
+def _relative(config: Config, key: str, param: click.Option, value: Any) -> Any:
+    """Paths in a file are relative to that file (and one it writes stays inside its folder); so is a shared
+    library given to load-ops, while a package name stays a name."""
     if isinstance(param.type, click.Path) and isinstance(value, str) and config.path:
         if key in WRITTEN:
             _inside_project(config, key, value)
-        value = str(config.path.parent / value)  # paths in a file are relative to that file
-    if key == "load-ops" and config.path:  # a shared library's path too; a package name stays a name
+        value = str(config.path.parent / value)
+    if key == "load-ops" and config.path:
         from .custom_ops import is_library
 
         value = [str(config.path.parent / v) if isinstance(v, str) and is_library(v) and not os.path.isabs(v)
                  else v for v in value]
+    return value
+
+
+def _value(config: Config, key: str, param: click.Option, value: Any, ctx: click.Context) -> Any:
+    def bad(message: str) -> ConfigError:
+        return ConfigError(f"{config.where}: {key}: {message}")
+
+    value = _relative(config, key, param, _shaped(bad, key, param, value))
     try:
         converted = param.type_cast_value(ctx, value)
         if param.callback is not None:

@@ -24,7 +24,7 @@ DEFAULT_TIMEOUT = 600.0
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _rules(_ctx, _param, values: tuple[str, ...]) -> tuple[str, ...] | None:
+def _rules(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...] | None:
     """Rule codes, prefixes or slugs, checked here and parsed where the policy is built."""
     from .suppress import UnknownRule, parse_rules, split_values
 
@@ -35,7 +35,7 @@ def _rules(_ctx, _param, values: tuple[str, ...]) -> tuple[str, ...] | None:
     return tuple(split_values(values)) or None
 
 
-def _ignore_ops(_ctx, _param, values: tuple[str, ...]) -> tuple[str, ...]:
+def _ignore_ops(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     """`GLOB` or `RULE:GLOB`, checked here and parsed where the policy is built."""
     from .suppress import IgnoreOp, split_values
 
@@ -48,11 +48,11 @@ def _ignore_ops(_ctx, _param, values: tuple[str, ...]) -> tuple[str, ...]:
     return texts
 
 
-def _tags(_ctx, _param, values: tuple[str, ...]) -> tuple[str, ...]:
+def _tags(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(t for v in values for t in v.split(",") if t)
 
 
-def _shapes(_ctx, _param, values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+def _shapes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     shapes = {}
     for v in values:
         name, sep, dims = v.partition("=")
@@ -65,7 +65,7 @@ def _shapes(_ctx, _param, values: tuple[str, ...]) -> dict[str, tuple[int, ...]]
     return shapes
 
 
-def _probe_scales(_ctx, _param, value: str | None) -> tuple[float, ...] | None:
+def _probe_scales(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[float, ...] | None:
     if not value:
         return None
     try:
@@ -74,7 +74,7 @@ def _probe_scales(_ctx, _param, value: str | None) -> tuple[float, ...] | None:
         raise click.BadParameter(f"{value!r}: expected numbers separated by commas") from None
 
 
-def _shard(_ctx, _param, value: str | None) -> tuple[int, int] | None:
+def _shard(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, int] | None:
     from .shard import parse
 
     try:
@@ -83,7 +83,7 @@ def _shard(_ctx, _param, value: str | None) -> tuple[int, int] | None:
         raise click.BadParameter(str(exc)) from None
 
 
-def _memory_limit(_ctx, _param, value: str | None) -> int | None:
+def _memory_limit(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
     from .safety.sandbox import parse_memory_limit
 
     try:
@@ -269,7 +269,7 @@ def collected(cls: type) -> Callable[[Callable[[Any], None]], Callable[..., None
     return decorator
 
 
-def api_config(path: str | os.PathLike, names: Collection[str]) -> dict[str, Any]:
+def api_config(path: str | os.PathLike[str], names: Collection[str]) -> dict[str, Any]:
     """For the Python API: the values a configuration file sets for the options whose parameter names are in
     `names`, checked as the command line checks them and converted as the command receives them; a key of
     another option is an error."""

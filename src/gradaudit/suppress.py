@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .baseline import Baseline, identity
+from .baseline import Baseline, Key, identity
 from .model import Finding, Report
 from .rules import ALL_RULES, get_rule
 
@@ -86,7 +86,7 @@ class Policy:
             findings.append(dataclasses.replace(f, suppressed=reason) if reason != f.suppressed else f)
         return dataclasses.replace(report, findings=findings)
 
-    def _reason(self, finding: Finding, known: frozenset) -> str | None:
+    def _reason(self, finding: Finding, known: frozenset[Key]) -> str | None:
         for ig in self.ignore_ops:
             if ig.matches(finding):
                 return f"ignore-ops {ig.text}"

@@ -7,6 +7,7 @@ mismatch that a named cut explains is expected, and with `wrt` only what concern
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from .model import Report, Severity
 
@@ -60,8 +61,8 @@ def _problems(report: Report, wrt: Iterable[str] | None, fail_on: str) -> list[s
     return list(dict.fromkeys(lines))
 
 
-def assert_differentiable(obj, *, wrt: Iterable[str] | None = None, fail_on: str | None = None,
-                          **options) -> Report:
+def assert_differentiable(obj: Any, *, wrt: Iterable[str] | None = None, fail_on: str | None = None,
+                          **options: Any) -> Report:
     """Audit `obj` (anything `gradaudit.audit` accepts, with its options and policy) and raise AssertionError
     when a finding is at or above `fail_on` (default: the configuration's, else `error`), when a source named
     in `wrt` has a blocked or unknown path or reaches no output, when a numeric check fails without a named

@@ -206,3 +206,36 @@ def test_changes_since_a_baseline_as_a_section(browser, tmp_path, stop_report):
         assert p.page.locator("#changes li.finding-new").inner_text().startswith("new finding GA106")
     finally:
         p.close()
+
+
+def test_precision_tables_are_shown_and_coloured(browser, tmp_path, mlp_report):
+    import dataclasses
+
+    from gradaudit.model import OpRef, PrecisionResult
+
+    def result(kind: str, name: str, scale: float | None, underflow: float = 0.0, overflow: float = 0.0):
+        return PrecisionResult(kind, name, "float16", scale, 8, underflow, 0.0, overflow, 1.0, 1e-9,
+                               loss_scale=2.0 ** 15 if kind == "gradient" else None, underflow_scaled=0.0,
+                               one_scale=True if kind == "gradient" else None,
+                               op=OpRef("Exp", "exp", "f") if kind == "activation" else None)
+
+    report = dataclasses.replace(mlp_report, precision=[
+        result("gradient", "dense_1/kernel", None, underflow=0.25), result("gradient", "dense_1/kernel", 100.0),
+        result("activation", "Exp 'exp'", 100.0, overflow=0.5)])
+    path = tmp_path / "precision.html"
+    path.write_text(html.render(report))
+    p = Page(browser, path, javascript=False)
+    try:
+        assert p.errors == []
+        gradients = p.page.locator('table.precision[data-kind="gradient"]')
+        assert gradients.is_visible()
+        cells = gradients.locator('tr[data-name="dense_1/kernel"] td.q')
+        assert [cells.nth(k).inner_text() for k in range(cells.count())] == [
+            "zero 25% (0% zero at the loss scale)", "ok"]
+        colours = [cells.nth(k).evaluate("e => getComputedStyle(e).backgroundColor") for k in range(2)]
+        assert colours == ["rgb(255, 206, 203)", "rgb(198, 239, 207)"]  # --bad-bg, --ok-bg
+        assert gradients.locator("tr.loss-scale td").first.inner_text() == "2**15"
+        forward = p.page.locator('table.precision[data-kind="activation"] tr[data-name="Exp \'exp\'"] td.q')
+        assert forward.inner_text() == "inf 50%"
+    finally:
+        p.close()

@@ -31,6 +31,7 @@ _MD_LINKISH = re.compile(r"@[A-Za-z0-9][\w-]*(?:/[\w.-]+)?|(?<![\w&])#\d+|(?:htt
                          re.IGNORECASE)
 
 GRAPH_FILES = ("saved_model.pb", "saved_model.pbtxt")
+MAX_ROWS = 24  # above this many variables (or precision rows), the rows with nothing to say are summarised
 
 
 def display_path(path: str) -> str:

@@ -69,7 +69,7 @@ class ModelChanges:
         return [p for p in self.pairs if p.lost]
 
     def to_dict(self) -> dict[str, Any]:
-        def target(r: Report | None):
+        def target(r: Report | None) -> dict[str, str | None] | None:
             return None if r is None else {"path": r.target.path, "signature": r.target.signature}
 
         return {"model": self.label, "state": self.state, "old": target(self.old), "new": target(self.new),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ..model import BlockedPath, Finding, FlowEntry, NumericResult, Report
 from .common import display_path, model_label, visible, where
 from .numeric_rows import NumericRow, numeric_rows
+from .precision_rows import PrecisionTable, cell_text, lost, point_label, power_of_two, precision_tables
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -147,6 +148,7 @@ class ModelView:
     paths_not_drawn: int  # blocked pairs past MAX_DRAWN: their cells still name the cut
     bars: list[Bar]
     ladders: list[Ladder]
+    precision: list[PrecisionTable]  # --precision: the gradients' table, then the forward side's; [] without it
 
 
 def _status_rank(status: str) -> tuple[int, str]:
@@ -291,7 +293,8 @@ def model_view(report: Report, index: int, fail_on: str) -> ModelView:
         rules=_rule_groups([f for f in report.findings if not f.suppressed]),
         suppressed=[f for f in report.findings if f.suppressed], paths=path_views,
         paths_not_drawn=len(report.paths) - len(path_views),
-        bars=[_numeric_bar(row) for row in numeric_rows(report.numeric)], ladders=_ladders(report))
+        bars=[_numeric_bar(row) for row in numeric_rows(report.numeric)], ladders=_ladders(report),
+        precision=precision_tables(report))
 
 
 @lru_cache(maxsize=1)
@@ -304,7 +307,8 @@ def environment() -> Environment:
     env.filters["css"] = css_class
     env.filters["where"] = where
     env.globals.update(STATUS_MARK=STATUS_MARK, NODE_W=NODE_W, NODE_H=NODE_H, LOG_MIN=LOG_MIN, LOG_MAX=LOG_MAX,
-                       display_path=display_path)
+                       display_path=display_path, cell_text=cell_text, lost=lost, point_label=point_label,
+                       power_of_two=power_of_two)
     return env
 
 

@@ -3,6 +3,7 @@ report is the contract, so what one run wrote another can render in any format."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -44,7 +45,7 @@ def _plain(cls: type[T], d: dict[str, Any]) -> T:
     return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def _shape(value) -> tuple[int | None, ...] | None:
+def _shape(value: Sequence[int | None] | None) -> tuple[int | None, ...] | None:
     return None if value is None else tuple(value)
 
 

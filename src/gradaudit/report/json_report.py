@@ -56,7 +56,9 @@ def render(report: Report, fail_on: str = "error") -> str:
 
 
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files(__package__).joinpath("schema.json").read_text(encoding="utf-8"))
+    text = resources.files(__package__).joinpath("schema.json").read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
 
 
 def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Sequence[AuditFailure] = ()) -> str:

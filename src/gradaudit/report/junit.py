@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..model import Finding, Report
@@ -22,34 +23,46 @@ def _describe(f: Finding) -> str:
     return f"{f.code} {f.rule} ({f.severity.value}){state}: {f.message}\nfix: {f.fix}"
 
 
-def _case(suite: ET.Element, classname: str, name: str, file: str, findings: list[Finding], fail_on: str,
-          details: list[str], error: str | None = None, skipped: str | None = None) -> None:
-    case = ET.SubElement(suite, "testcase", classname=classname, name=name, file=file)
-    failing = [f for f in findings if fails(f, fail_on)]
-    if failing:
-        first = failing[0]
-        message = f"{first.code} {first.rule}: {first.message}"
-        if len(failing) > 1:
-            message += f" (and {len(failing) - 1} more)"
-        el = ET.SubElement(case, "failure", message=message, type=first.code)
-        el.text = "\n\n".join(_describe(f) for f in failing)
-    elif error:
-        ET.SubElement(case, "error", message=error, type="error").text = error
-    elif skipped:
-        ET.SubElement(case, "skipped", message=skipped)
-    other = details + [_describe(f) for f in findings if f not in failing]
-    if other:
-        ET.SubElement(case, "system-out").text = "\n".join(other)
+def _failure(case: ET.Element, failing: list[Finding]) -> None:
+    first = failing[0]
+    message = f"{first.code} {first.rule}: {first.message}"
+    if len(failing) > 1:
+        message += f" (and {len(failing) - 1} more)"
+    el = ET.SubElement(case, "failure", message=message, type=first.code)
+    el.text = "\n\n".join(_describe(f) for f in failing)
 
 
-def _suite(report: Report, fail_on: str) -> ET.Element:
-    label = model_label(report)
-    file = display_path(graph_file(report))
-    suite = ET.Element("testsuite", name=label)
+@dataclass(frozen=True)
+class _Suite:
+    """One suite's element, with what each of its cases shares: the model's label, its graph file, the threshold."""
+
+    element: ET.Element
+    label: str
+    file: str
+    fail_on: str
+
+    def case(self, group: str, name: str, findings: list[Finding], details: list[str], error: str | None = None,
+             skipped: str | None = None) -> None:
+        """A test case of `group` (a suffix of the label, or "" for the label alone): failing when a finding at or
+        above the threshold concerns it, else an error or skipped when told, else a pass."""
+        classname = f"{self.label}.{group}" if group else self.label
+        case = ET.SubElement(self.element, "testcase", classname=classname, name=name, file=self.file)
+        failing = [f for f in findings if fails(f, self.fail_on)]
+        if failing:
+            _failure(case, failing)
+        elif error:
+            ET.SubElement(case, "error", message=error, type="error").text = error
+        elif skipped:
+            ET.SubElement(case, "skipped", message=skipped)
+        other = details + [_describe(f) for f in findings if f not in failing]
+        if other:
+            ET.SubElement(case, "system-out").text = "\n".join(other)
+
+
+def _numeric_cases(suite: _Suite, report: Report) -> set[int]:
+    """A case per numeric check, holding the numeric findings (GA2xx) of its pair; returns their ids."""
     placed: set[int] = set()
-
     for n in report.numeric:
-        # Numeric findings (GA2xx) belong to the numeric check of their pair, not to its flow case.
         mine = [f for f in report.findings if f.code.startswith("GA2") and concerns(f, n.source, n.output)]
         placed |= {id(f) for f in mine}
         outcome = n.status + (f": {n.reason}" if n.reason else "")
@@ -57,26 +70,35 @@ def _suite(report: Report, fail_on: str) -> ET.Element:
         skip = outcome if n.status in ("skipped", "inconclusive") else None
         measured = (f"{outcome}; relative error {n.rel_error}, step {n.step}, dtype {n.dtype}, "
                     f"{n.evaluations} evaluations")
-        _case(suite, f"{label}.numeric", f"{n.source} -> {n.output}", file, mine, fail_on, [measured], err, skip)
+        suite.case("numeric", f"{n.source} -> {n.output}", mine, [measured], err, skip)
+    return placed
 
+
+def _flow_cases(suite: _Suite, report: Report, placed: set[int]) -> set[int]:
+    """A case per flow pair, holding the findings about the pair not placed yet; returns every finding placed."""
     for e in report.flow:
         mine = [f for f in report.findings if id(f) not in placed and concerns(f, e.source, e.output)]
         cuts = ", ".join(f"{c.op.label} ({c.rule})" for c in e.blocked_by)
         skip = "no path from this source to this output" if e.status == "disconnected" else None
-        _case(suite, f"{label}.flow", f"{e.source} -> {e.output}", file, mine, fail_on,
-              [f"flow: blocked by {cuts}" if cuts else f"flow: {e.status}"], skipped=skip)
-    placed |= {id(f) for e in report.flow for f in report.findings if concerns(f, e.source, e.output)}
+        suite.case("flow", f"{e.source} -> {e.output}", mine,
+                   [f"flow: blocked by {cuts}" if cuts else f"flow: {e.status}"], skipped=skip)
+    return placed | {id(f) for e in report.flow for f in report.findings if concerns(f, e.source, e.output)}
 
+
+def _suite(report: Report, fail_on: str) -> ET.Element:
+    suite = _Suite(ET.Element("testsuite", name=model_label(report)), model_label(report),
+                   display_path(graph_file(report)), fail_on)
+    # Numeric findings (GA2xx) belong to the numeric check of their pair, not to its flow case.
+    placed = _flow_cases(suite, report, _numeric_cases(suite, report))
     for f in report.findings:  # findings about no flow pair, e.g. a variable that reaches no output
         if id(f) not in placed:
             subject = where(f) or ", ".join(f.sources + f.outputs) or report.target.signature or "model"
-            _case(suite, f"{label}.findings", f"{f.code} {f.rule}: {subject}", file, [f], fail_on, [])
-
+            suite.case("findings", f"{f.code} {f.rule}: {subject}", [f], [])
     for line in report.incomplete:  # a requested check that did not run is an error case, never a pass
-        _case(suite, f"{label}.incomplete", line.split(":")[0], file, [], fail_on, [], error=f"not checked: {line}")
+        suite.case("incomplete", line.split(":")[0], [], [], error=f"not checked: {line}")
     if report.notes:
-        ET.SubElement(suite, "system-out").text = "\n".join(f"note: {n}" for n in report.notes)
-    return suite
+        ET.SubElement(suite.element, "system-out").text = "\n".join(f"note: {n}" for n in report.notes)
+    return suite.element
 
 
 def _count(element: ET.Element, cases: list[ET.Element]) -> None:
@@ -92,9 +114,9 @@ def render_many(reports: Sequence[Report], fail_on: str = "error", failures: Seq
     for report in reports:
         root.append(_suite(report, fail_on))
     for failure in failures:
-        suite = ET.SubElement(root, "testsuite", name=display_path(failure.path))
-        _case(suite, display_path(failure.path), "audit", display_path(failure.path), [], fail_on, [],
-              error=failure.error)
+        label = display_path(failure.path)
+        _Suite(ET.SubElement(root, "testsuite", name=label), label, label, fail_on).case(
+            "", "audit", [], [], error=failure.error)
     for suite in root:
         _count(suite, suite.findall("testcase"))
     _count(root, root.findall("testsuite/testcase"))

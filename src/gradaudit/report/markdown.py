@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..model import Finding, FlowEntry, OpRef, Report, Severity, combined_verdict
-from .common import display_path, md_code, md_text, model_label, visible
+from .common import MAX_ROWS, display_path, md_code, md_text, model_label, visible
 from .numeric_rows import numeric_rows
-from .terminal import MAX_ROWS
+from .precision_rows import PrecisionTable, cell_text, point_label, power_of_two, precision_tables
 
 if TYPE_CHECKING:
     from ..model import AuditFailure
@@ -139,6 +139,37 @@ def _numeric(report: Report) -> list[str]:
     return out + ["", "</details>", ""]
 
 
+def _precision_rows(table: PrecisionTable) -> list[str]:
+    head = "source" if table.kind == "gradient" else "op (forward)"
+    lines = [f"| {head} | " + " | ".join(point_label(sc) for sc in table.points) + " |",
+             "| --- |" + " --- |" * len(table.points)]
+    for row in table.rows:
+        lines.append(f"| {_cell_code(row.name)} | " + " | ".join(_esc(cell_text(p)) for p in row.cells) + " |")
+    if table.hidden:
+        lines.append(f"| {table.hidden} more | none zero or inf |" + " |" * (len(table.points) - 1))
+    if table.kind == "gradient":
+        lines.append("| loss scale | " + " | ".join(_code(power_of_two(s)) if s else "" for s in table.loss_scales)
+                     + " |")
+        lines.append("| one scale serves every source | "
+                     + " | ".join("" if b is None else "yes" if b else "no" for b in table.one_scale) + " |")
+    return lines
+
+
+def _precision(report: Report) -> list[str]:
+    """--precision: the share of each source's gradient entries (and of each listed op's outputs) zero,
+    subnormal or inf after the cast, per point, folded under one line of counts."""
+    tables = precision_tables(report)
+    if not tables:
+        return []
+    heads = [f"{t.lossy} of {t.total} {'source(s)' if t.kind == 'gradient' else 'op(s)'} "
+             f"{'lose gradient entries' if t.kind == 'gradient' else 'overflow or underflow'}" for t in tables]
+    out = [f"<details><summary>Precision {_esc(tables[0].dtype)}: {'; '.join(heads)}</summary>", "",
+           "Columns: the model's own point, then each probe scale.", ""]
+    for t in tables:
+        out += [*_precision_rows(t), ""]
+    return out + ["</details>", ""]
+
+
 def _section(report: Report, fail_on: str, level: str) -> list[str]:
     t = report.target
     out = [f"{level} {_verdict(report.verdict(fail_on))} {_code(display_path(t.path))}"
@@ -162,6 +193,7 @@ def _section(report: Report, fail_on: str, level: str) -> list[str]:
         for f, sources, outputs in broken:
             out += mermaid(f, sources, outputs) + [""]
     out += _numeric(report)
+    out += _precision(report)
     if suppressed:
         out += [f"<details><summary>{len(suppressed)} suppressed or known finding(s)</summary>", ""]
         out += [f"- {f.code} {_code(f.rule)}: {_esc(f.message)} ({_esc(f.suppressed or '')})" for f in suppressed]

@@ -77,7 +77,8 @@ class _LogicalLocations:
         return {"index": index, "fullyQualifiedName": e["fullyQualifiedName"], "kind": e["kind"]}
 
 
-def _result(report: Report, finding: Finding, rule_index: dict[str, int], logical: _LogicalLocations) -> dict:
+def _result(report: Report, finding: Finding, rule_index: dict[str, int], logical: _LogicalLocations
+            ) -> dict[str, Any]:
     model = display_path(report.target.path)
     names, kinds = [model, report.target.signature or "-"], ["module", "function"]
     if finding.op:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import math
 import os
 import sys
 from collections import Counter
@@ -16,19 +15,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from ..model import FlowEntry, Report, Severity
-from .common import display_path, model_label, visible
+from ..model import FlowEntry, PrecisionResult, Report, Severity
+from .common import MAX_ROWS, display_path, model_label, visible
 from .numeric_rows import numeric_rows
+from .precision_rows import lost, percent, point_label, power_of_two, precision_table
 
 if TYPE_CHECKING:
     from ..model import AuditFailure
 
-MAX_ROWS = 24  # above this many variables, rows whose flow is all-connected are summarised
 _SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _NUM_STYLE = {"pass": "green", "fail": "bold red", "inconclusive": "yellow", "skipped": "dim", "error": "red"}
 
 
-def _shape(shape) -> str:
+def _shape(shape: Sequence[int | None] | None) -> str:
     return "?" if shape is None else "[" + ", ".join("None" if d is None else str(d) for d in shape) + "]"
 
 
@@ -147,36 +146,34 @@ def _stability_table(report: Report) -> RenderableType:
     return table
 
 
+def _precision_cell(p: PrecisionResult | None) -> Text:
+    bad = [f"{word} {percent(v)}" for word, v in lost(p)]
+    if bad:
+        return Text(", ".join(bad), style="yellow")
+    return Text("" if p is None else "ok", style="green")
+
+
 def _precision_table(report: Report) -> RenderableType:
     """--precision: per source, the share of gradient entries zero (or inf) after the cast, at each point; with
     more than MAX_ROWS sources, those fine at every point are counted, not listed."""
-    rows = [p for p in report.precision if p.kind == "gradient"]
-    dtype = rows[0].dtype if rows else report.precision[0].dtype
-    points = list(dict.fromkeys(p.scale for p in rows))
-    table = Table(title=f"Precision {dtype}: gradient entries zero or inf after the cast (columns: input scale)",
+    grid = precision_table(report, "gradient")
+    assert grid is not None  # shown only when the report has precision results
+    table = Table(title=f"Precision {grid.dtype}: gradient entries zero or inf after the cast (columns: input scale)",
                   title_justify="left")
     table.add_column("source")
-    for sc in points:
-        table.add_column("own point" if sc is None else f"{sc:g}")
-    cells = {(p.name, p.scale): p for p in rows}
-    names = list(dict.fromkeys(p.name for p in rows))
-    hidden = 0
-    for name in names:
-        found = [cells.get((name, sc)) for sc in points]
-        shown = [[] if p is None else [f"{k} {100 * v:.3g}%" for k, v in (("zero", p.underflow), ("inf", p.overflow))
-                                       if v] for p in found]
-        if len(names) > MAX_ROWS and not any(shown):
-            hidden += 1
-            continue
-        table.add_row(Text(name), *(Text(", ".join(bad), style="yellow") if bad else
-                                    Text("" if p is None else "ok", style="green") for p, bad in zip(found, shown)))
-    if hidden:
-        table.add_row(Text(f"{hidden} more source(s)", style="dim"), *(Text("ok", style="dim") for _ in points))
-    own = next((p for p in rows if p.scale is None), None)
-    if own is not None and own.loss_scale:
+    for sc in grid.points:
+        table.add_column(point_label(sc))
+    for row in grid.rows:
+        table.add_row(Text(row.name), *(_precision_cell(p) for p in row.cells))
+    if grid.hidden:
+        table.add_row(Text(f"{grid.hidden} more source(s)", style="dim"),
+                      *(Text("ok", style="dim") for _ in grid.points))
+    own = grid.points.index(None) if None in grid.points else None
+    loss_scale = None if own is None else grid.loss_scales[own]
+    if own is not None and loss_scale:
         table.caption = (f"own point: the model's synthesised or --inputs point; a dynamic loss scale settles on "
-                         f"2**{round(math.log2(own.loss_scale))} there, which "
-                         f"{'serves' if own.one_scale else 'cannot serve'} every source at once")
+                         f"{power_of_two(loss_scale)} there, which "
+                         f"{'serves' if grid.one_scale[own] else 'cannot serve'} every source at once")
         table.caption_justify = "left"
     return table
 
