@@ -323,8 +323,8 @@ def _policy(select: object, ignore: object, ignore_ops: object) -> Policy:
         raise GradauditError(str(exc)) from None
 
 
-def audit(target: object, *, config: str | os.PathLike[str] | None = None, select: object = None,
-          ignore: object = None, ignore_ops: object = None, fail_on: str | None = None, **options: Any) -> Report:
+def audit(target: object, *, config: str | os.PathLike[str] | None = None, fail_on: str | None = None,
+          **options: Any) -> Report:
     """Audit `target` and return the Report.
 
     `target` is a SavedModel folder, a `.keras`/`.h5` file, `package.module:attr` or `file.py:attr`,
@@ -336,7 +336,8 @@ def audit(target: object, *, config: str | os.PathLike[str] | None = None, selec
     options and policy; arguments win over the file.
     """
     settings = _from_config(config) if config is not None else {}
-    explicit = {"select": select, "ignore": ignore, "ignore_ops": ignore_ops, "fail_on": fail_on}
+    policy_keys = ("select", "ignore", "ignore_ops")
+    explicit = {k: options.pop(k, None) for k in policy_keys} | {"fail_on": fail_on}
     settings.update({k: v for k, v in explicit.items() if v is not None})
     settings.update(options)
     policy = _policy(settings.pop("select", None), settings.pop("ignore", None), settings.pop("ignore_ops", None))

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -17,6 +17,9 @@ from .report.changes import DIFF_REPORTERS
 
 if TYPE_CHECKING:
     from .api import AuditOptions
+    from .batch import ModelAudit
+    from .model import Report
+    from .report.diff import Diff
     from .suppress import Policy
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -30,7 +33,7 @@ def _error(message: str) -> None:
     click.echo(f"gradaudit: error: {printable(message)}", err=True)
 
 
-def _fail(message: str, debug: bool) -> None:
+def _fail(message: str, debug: bool) -> NoReturn:
     """One line and exit 2; with --debug the traceback first, and still exit 2 (never 1, which means
     findings)."""
     if debug:
@@ -168,14 +171,30 @@ def audit_command(run: AuditRun) -> None:
 
     Options can also be set in [tool.gradaudit] of pyproject.toml, keyed by option name (fail-on = "warning");
     the command line wins."""
-    from .batch import AuditFailure, audit_models, find_models, import_tensorflow_quietly
-
     run = _load_ops_from_config(run)
     if run.timeout and not run.static_only and run.jobs <= 1:  # models will run in children of this process
         from .isolate import prestart  # the first one imports TensorFlow beside this process's own import
 
         prestart(keep_warm=run.recursive or len(run.models) > 1)
+    from .batch import import_tensorflow_quietly
+
     import_tensorflow_quietly()
+    audits = _run_audits(run)
+    policy = _policy(run)
+    failures = [a.failure for a in audits if a.failure]
+    reports = [policy.apply(r) for a in audits for r in a.reports]
+    for failure in failures:
+        _error(failure.error)
+    changes = _since_baseline(run.baseline, reports, run.debug) if run.baseline else None
+    if reports or run.shard:  # an empty shard still writes its report, for `merge`
+        _write(run.targets(), reports, run.fail_on, failures, changes, run.debug)
+    sys.exit(_exit_code(run, reports, bool(failures), changes))
+
+
+def _run_audits(run: AuditRun) -> list[ModelAudit]:
+    """Every model the command names, found, sharded and audited; a usage or load error exits 2 with one line,
+    as does gradaudit failing before any audit."""
+    from .batch import audit_models, find_models
     from .errors import GradauditError
     from .report import terminal
 
@@ -186,11 +205,11 @@ def audit_command(run: AuditRun) -> None:
 
             paths = select_shard(paths, run.models, run.shard)
             click.echo(f"gradaudit: shard {run.shard[0]}/{run.shard[1]}: {len(paths)} model(s)", err=True)
-        policy = _policy(run)
+        _policy(run)  # a bad --select or --ignore is a usage error before any model is read
         to_stdout = any(path is None for _, path in run.targets())
         with terminal.progress(len(paths)) as advance, terminal.status(len(paths) == 1), _stdout_away(to_stdout):
-            audits = audit_models(paths, _audit_options(run), all_signatures=run.all_signatures, jobs=run.jobs,
-                                  debug=run.debug, on_done=advance)
+            return audit_models(paths, _audit_options(run), all_signatures=run.all_signatures, jobs=run.jobs,
+                                debug=run.debug, on_done=advance)
     except GradauditError as exc:
         _fail(str(exc), run.debug)
     except Exception as exc:  # noqa: BLE001 - one line, exit 2; --debug shows the traceback
@@ -198,18 +217,17 @@ def audit_command(run: AuditRun) -> None:
 
         _fail(str(InternalError("preparing the audit", exc)), run.debug)
 
-    failures: list[AuditFailure] = [a.failure for a in audits if a.failure]
-    reports = [policy.apply(r) for a in audits for r in a.reports]
-    for failure in failures:
-        _error(failure.error)
-    changes = _since_baseline(run.baseline, reports, run.debug) if run.baseline else None
-    if reports or run.shard:  # an empty shard still writes its report, for `merge`
-        _write(run.targets(), reports, run.fail_on, failures, changes, run.debug)
-    if failures:
-        sys.exit(EXIT_ERROR)
-    if changes is not None and changes.fails() and not run.exit_zero:  # a pair lost its gradient since the baseline
-        sys.exit(EXIT_FINDINGS)
-    sys.exit(EXIT_FINDINGS if not run.exit_zero and any(r.gate_fails(run.fail_on) for r in reports) else EXIT_OK)
+
+def _exit_code(run: AuditRun, reports: list[Report], failed: bool, changes: Diff | None) -> int:
+    """2 when a model could not be audited; 1 when a report fails its gate or a pair lost its gradient since the
+    baseline (unless --exit-zero); else 0."""
+    if failed:
+        return EXIT_ERROR
+    if run.exit_zero:
+        return EXIT_OK
+    if changes is not None and changes.fails():
+        return EXIT_FINDINGS
+    return EXIT_FINDINGS if any(r.gate_fails(run.fail_on) for r in reports) else EXIT_OK
 
 
 def _flush_c_stdio() -> None:
