@@ -75,10 +75,17 @@ def _blocking_reasons(static: StaticResult, options: AuditOptions) -> tuple[str,
     from .rules import get_rule
 
     blocking = sorted({f.code for f in static.findings if get_rule(f.rule).blocks_execution})
-    if options.allow_unsafe_ops or not blocking:
+    unknown = sorted({f.code for f in static.findings if f.rule == "unknown-op"})
+    if options.allow_unsafe_ops:
         return ()
-    return (f"numeric checks and probes did not run: ops or files not proven safe ({', '.join(blocking)}); "
-            "--allow-unsafe-ops runs them anyway",)
+    if blocking:
+        return (f"numeric checks and probes did not run: ops or files not proven safe ({', '.join(blocking)}); "
+                "--allow-unsafe-ops runs them anyway",)
+    if unknown:  # TensorFlow cannot load a graph with ops it does not know
+        return (f"numeric checks and probes did not run: the model holds ops this TensorFlow does not know "
+                f"({', '.join(unknown)}), so it cannot be loaded; --load-ops with the package it names makes them "
+                "known",)
+    return ()
 
 
 def _runs(options: AuditOptions) -> Gate:

@@ -28,6 +28,9 @@ def load_ops(specs: tuple[str, ...] | list[str]) -> None:
 
     from .graph.gradients import registry_kind
 
+    # tensorflow_decision_forests 1.12 imports IPython at import time (a welcome message for notebooks) whenever
+    # stdout is not file descriptor 1 or 2: piped, and always in the process that runs the model (/dev/null).
+    os.environ.setdefault("TFDF_DISABLE_WELCOME_MESSAGE", "1")
     for spec in new:
         try:
             if is_library(spec):

@@ -253,6 +253,10 @@ UnknownOp = define(
     (source, output) pair whose float path runs through one has the status `unknown`: an
     error, because the audit cannot vouch for the model. Unknown ops that touch only string or
     integer paths (tokenizers, lookups) decide no gradient: they are listed in one info line.
+    Ops of a package whose ops gradaudit has reviewed (tensorflow-text, tensorflow-decision-forests)
+    are one info line per package instead, `needs tensorflow-text: --load-ops tensorflow_text`:
+    without it the model cannot be loaded, so nothing of it runs; with it, it runs without
+    `--allow-unsafe-ops`.
 
     ## Why is this bad?
     Neither "connected" nor "blocked" can be said: a decision-forest inference op has no

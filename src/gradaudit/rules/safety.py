@@ -54,7 +54,9 @@ UnprovenOp = define(
     reviewed allowlist of pure computation: ops that can block forever or share state across sessions
     (queues, barriers, staging areas, mutexes), TPU and XLA host ops, compiled modules (`XlaCallModule`),
     ops of a newer TensorFlow that the list does not classify yet, and op types TensorFlow does not know
-    (a custom op whose library is not loaded).
+    (a custom op whose library is not loaded). The reviewed ops of `--load-ops` packages (tensorflow-text's
+    tokenizers, TF-DF's inference and its loader reading the model's own assets) are allowed once their
+    package is loaded; before, they are `unknown-op` (GA109), which names the package.
 
     ## Why is this bad?
     gradaudit only executes a model when it has shown that every op it would run computes on tensors in

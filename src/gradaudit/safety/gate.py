@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 from ..model import OpRef
 from .assets import asset_defs
 from .op_classes import CLASSES, TF_VERSION
+from .package_ops import PACKAGE_OPS, PackageOp, reviewed
 
 TOP = "<graph>"
 INIT_OP_KEY = "__saved_model_init_op"
@@ -32,8 +36,9 @@ _MAX_DEPTH = 64  # provenance of a tensor through identities and call arguments
 
 @dataclass(frozen=True)
 class Verdict:
-    """One op that is not proven harmless: its class (io, network, process, python, unproven or unknown),
-    why, and the place TensorFlow would run it from."""
+    """One op that is not proven harmless: its class (io, network, process, python, unproven or unknown; missing:
+    a reviewed package's op whose package is not loaded, which cannot run here at all), why, and the place
+    TensorFlow would run it from."""
 
     op: OpRef
     cls: str
@@ -191,7 +196,7 @@ class _Provenance:
     def call(self, caller: str, node, fname: str) -> None:
         self.calls.setdefault(fname, []).append((caller, node))
 
-    def _node(self, where: str, name: str):
+    def node(self, where: str, name: str):
         if where not in self.nodes:
             body = self.model.graph_def.node if where == TOP else self.model.library.functions[where].node_def
             self.nodes[where] = {n.name: n for n in body}
@@ -201,7 +206,7 @@ class _Provenance:
         if depth > _MAX_DEPTH or ref.startswith("^"):
             return False
         name = _ref_node(ref)
-        node = self._node(where, name)
+        node = self.node(where, name)
         if node is None and where != TOP:  # a function argument: every caller must pass one
             return self._argument(kind, where, name, depth)
         if node is None:
@@ -276,8 +281,17 @@ def _judge(node, library, cls: str | None, saver: bool, where: str, prov: _Prove
     if op in library.functions:
         return None  # a call of a library function, whose body is walked
     if cls is None:
+        package = PACKAGE_OPS.get(op)
         if library.op_def(op) is None:
+            if package is not None:  # cannot run here at all: GA109 names the package, nothing is executed
+                return "missing", f"needs {package.dist}: {package.load}"
             return "unknown", "is not an op this TensorFlow knows"
+        entry = reviewed(op, library.op_def(op))
+        if entry is not None:
+            return _package_op(node, entry, where, prov)
+        if package is not None:
+            return "unproven", (f"is registered with another definition than the reviewed {package.dist} "
+                                f"{package.version}'s")
         return "unproven", (f"is not on the reviewed list of pure computation (a custom op, or one newer than "
                             f"TensorFlow {TF_VERSION})")
     data = [i for i in node.input if not i.startswith("^")]
@@ -301,6 +315,55 @@ def _judge(node, library, cls: str | None, saver: bool, where: str, prov: _Prove
     if cls == "unproven":
         return cls, "is not on the reviewed list of pure computation"
     return cls, _WHY[cls]
+
+
+# StaticRegexReplace patterns that are literal text in RE2 and in Python's re alike.
+_LITERAL = re.compile(r"[A-Za-z0-9_-]+")
+# The folders the model is loaded from besides its own: the float64 copy (numeric/runner.py) in the child's
+# temporary folder (isolate.py), each name these words and random letters.
+_COPY_FOLDERS = ("gradaudit-run-", "gradaudit-f64-")
+
+
+def _package_op(node, entry: PackageOp, where: str, prov: _Provenance) -> tuple[str, str] | None:
+    """A reviewed op of a --load-ops package: pure, or reading only under the model's own assets folder."""
+    if entry.cls == "pure":
+        return None
+    prefix = _attr_text(node, entry.prefix_attr)
+    if "/" in prefix or "\\" in prefix or "\0" in prefix:
+        return "io", f"reads files named by its {entry.prefix_attr} attribute {prefix!r}, which leaves the folder"
+    data = [i for i in node.input if not i.startswith("^")]
+    names = list(entry.inputs)
+    ref = data[names.index(entry.path_input)] if len(data) == len(names) else ""
+    if ref and (prov.is_("asset", where, ref) or _assets_folder(prov, where, ref)):
+        return None
+    return "io", (f"reads files under its {entry.path_input} input, which is not proven to be the model's own "
+                  "assets folder")
+
+
+def _assets_folder(prov: _Provenance, where: str, ref: str) -> bool:
+    """TF-DF's folder: StaticRegexReplace(an asset's path, pattern=that asset's file name, rewrite="") is
+    `<model>/assets/`. Whichever asset feeds it, the result must stay inside the assets folder, and the
+    pattern must not match the folder the model is loaded from (nor the float64 copy's)."""
+    node = prov.node(where, _ref_node(ref))
+    if node is None or node.op != "StaticRegexReplace" or _attr_text(node, "rewrite"):
+        return False
+    pattern = _attr_text(node, "pattern")
+    data = [i for i in node.input if not i.startswith("^")]
+    meta = getattr(prov.model, "meta_graph", None)
+    names = [a.filename for a in asset_defs(meta)] if meta is not None else []
+    if not (_LITERAL.fullmatch(pattern) and pattern in names and data and prov.is_("asset", where, data[0])):
+        return False
+    given = getattr(prov.model, "path", "") or "."
+    root = os.path.realpath(given)
+    if any(pattern in p for p in (root, os.path.abspath(given), tempfile.gettempdir(), *_COPY_FOLDERS)):
+        return False  # removing it would change the folder, not only the file name
+    folder = os.path.join(root, "assets")
+    once = "replace_global" in node.attr and not node.attr["replace_global"].b
+    for name in names:  # the path the kernel is given, for each asset that may feed the op
+        result = os.path.normpath(os.path.join(folder, name).replace(pattern, "", 1 if once else -1))
+        if os.path.commonpath([result, folder]) != folder:
+            return False
+    return True
 
 
 def check(model, sig) -> list[Verdict]:
