@@ -115,10 +115,16 @@ def _numeric(static: StaticResult, path: str, options: AuditOptions, loads) -> N
 
     say("numeric checks")
     key = static.target.signature or options.signature
-    return _numeric_part(run_numeric(path, options.tags, key, list(static.sources), list(static.outputs),
-                                     list(static.flow), _numeric_options(options),
-                                     progress=lambda m: say(f"numeric checks: {m}"), analysis=static.analysis,
-                                     loads=loads))
+    task = _numeric_task(static, options, progress=lambda m: say(f"numeric checks: {m}"))
+    return _numeric_part(run_numeric(path, options.tags, key, task, loads=loads))
+
+
+def _numeric_task(static: StaticResult, options: AuditOptions, progress: Callable[[str], None] | None = None):
+    """What the numeric checks are asked: the static result's sources, outputs, flow and analysis, and the options."""
+    from .numeric import NumericTask
+
+    return NumericTask(list(static.sources), list(static.outputs), list(static.flow), _numeric_options(options),
+                       analysis=static.analysis, progress=progress)
 
 
 def _stability_options(options: AuditOptions):
@@ -183,9 +189,8 @@ def run_traced(static: StaticResult, traced, options: AuditOptions,
 def _numeric_traced(static: StaticResult, traced, options: AuditOptions) -> NumericPart:
     from .numeric import run_numeric_function
 
-    return _numeric_part(run_numeric_function(traced.fn, list(static.sources), list(static.outputs),
-                                              list(static.flow), _numeric_options(options),
-                                              variable_names=traced.variable_names, analysis=static.analysis))
+    return _numeric_part(run_numeric_function(traced.fn, _numeric_task(static, options),
+                                              variable_names=traced.variable_names))
 
 
 def _probe_traced(static: StaticResult, traced, options: AuditOptions,

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from gradaudit.model import FlowEntry
-from gradaudit.numeric import NumericOptions, run_numeric
+from gradaudit.numeric import NumericOptions, NumericTask, run_numeric
 from gradaudit.numeric.savedmodel import declared_sources
 
 
 def audit(path: str, flow: list[FlowEntry] | None = None, **options):
     sources, outputs = declared_sources(path)
-    return run_numeric(path, (), "serving_default", sources, outputs, flow or [], NumericOptions(**options))
+    task = NumericTask(sources, outputs, flow or [], NumericOptions(**options))
+    return run_numeric(path, (), "serving_default", task)
 
 
 def status(outcome, source: str) -> str:
@@ -278,8 +279,8 @@ def test_traced_function_checked_in_its_own_precision():
     w = tf.Variable(np.random.default_rng(0).standard_normal((4, 3)).astype("float32"), name="w")
     fn = tf.function(lambda x: tf.tanh(act(x) @ w), input_signature=[tf.TensorSpec([None, 4])])
     sources = [Source("x", "input", "float32", (None, 4), True), Source("w", "variable", "float32", (4, 3), True)]
-    outcome = run_numeric_function(fn.get_concrete_function(), sources, [Output("output_0", "float32", None)],
-                                   [], NumericOptions())
+    outcome = run_numeric_function(fn.get_concrete_function(),
+                                   NumericTask(sources, [Output("output_0", "float32", None)], [], NumericOptions()))
     assert {(r.source, r.status, r.dtype) for r in outcome.results} == {
         ("x", "fail", "float32"), ("w", "pass", "float32")}  # w's gradient does not go through act
     assert rules(outcome) == {"gradient-mismatch"}

@@ -70,11 +70,11 @@ def built(tmp_path_factory):
 
 
 def _numeric(path: str):
-    from gradaudit.numeric import NumericOptions, run_numeric
+    from gradaudit.numeric import NumericOptions, NumericTask, run_numeric
     from gradaudit.numeric.savedmodel import declared_sources
 
     sources, outputs = declared_sources(path)
-    return run_numeric(path, (), "serving_default", sources, outputs, [], NumericOptions())
+    return run_numeric(path, (), "serving_default", NumericTask(sources, outputs, [], NumericOptions()))
 
 
 def test_a_model_with_complex_intermediates_is_checked_on_its_float64_copy(built):

@@ -40,11 +40,11 @@ def _model(path: str, err: float) -> str:
 
 
 def _check(path: str, seed: int):
-    from gradaudit.numeric import NumericOptions, run_numeric
+    from gradaudit.numeric import NumericOptions, NumericTask, run_numeric
     from gradaudit.numeric.savedmodel import declared_sources
 
     sources, outputs = declared_sources(path)
-    return run_numeric(path, (), "serving_default", sources, outputs, [], NumericOptions(seed=seed))
+    return run_numeric(path, (), "serving_default", NumericTask(sources, outputs, [], NumericOptions(seed=seed)))
 
 
 def _truth(path: str) -> float:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..model import Finding, FlowEntry, NumericResult, Output, Source
 
-__all__ = ["ALL_VARIABLES", "NumericOptions", "NumericOutcome", "run_numeric", "run_numeric_function"]
+__all__ = ["ALL_VARIABLES", "NumericOptions", "NumericOutcome", "NumericTask", "run_numeric", "run_numeric_function"]
 
 ALL_VARIABLES = "*"  # result `source` for the trainable variables checked together
 
@@ -37,13 +38,28 @@ class NumericOutcome:
     stopped: str | None = None  # TensorFlow's reason when the model could not be loaded, run or differentiated
 
 
-def run_numeric(model_dir: str, tags: tuple[str, ...], signature: str,
-                sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
-                options: NumericOptions, progress: Callable[[str], None] | None = None,
-                analysis=None, loads=None) -> NumericOutcome:
+@dataclass(frozen=True)
+class NumericTask:
+    """What the numeric checks are asked, from the static pass's result: its sources, outputs and flow (which
+    pairs are connected, cut or raise), its StaticAnalysis (`analysis`: what values the inputs are made for,
+    token ids, label distributions; None: generic inputs), the options, and `progress`, told each step."""
+
+    sources: list[Source]
+    outputs: list[Output]
+    flow: list[FlowEntry]
+    options: NumericOptions = field(default_factory=NumericOptions)
+    analysis: Any = None
+    progress: Callable[[str], None] | None = None
+
+    def say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
+
+
+def run_numeric(model_dir: str, tags: tuple[str, ...], signature: str, task: NumericTask,
+                loads=None) -> NumericOutcome:
     """Check, for every differentiable source of a SavedModel signature, that TensorFlow's gradient is
-    the derivative of the forward pass. `analysis`, the static pass's StaticAnalysis, tells what values
-    the inputs are made for (token ids, label distributions); without it they are generic.
+    the derivative of the forward pass.
 
     Never raises for a model that cannot load, run or be differentiated: those become results with
     status `error` (and a finding when the model itself is at fault).
@@ -58,25 +74,21 @@ def run_numeric(model_dir: str, tags: tuple[str, ...], signature: str,
     own = loads is None
     shared = ModelLoads(model_dir, tags, signature) if loads is None else loads
     try:
-        return _guarded(lambda: run_session(shared, sources, outputs, flow, options,
-                                            progress or (lambda _msg: None), infer(analysis)))
+        return _guarded(lambda: run_session(shared, task, infer(task.analysis)))
     finally:
         if own:
             shared.close()
 
 
-def run_numeric_function(fn, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
-                         options: NumericOptions, variable_names: Mapping[int, object] | None = None,
-                         progress: Callable[[str], None] | None = None, analysis=None) -> NumericOutcome:
+def run_numeric_function(fn, task: NumericTask, variable_names: Mapping[int, object] | None = None) -> NumericOutcome:
     """The same checks on a traced ConcreteFunction (Python and Keras targets). Inputs are named by their
-    placeholders' op names, outputs by `outputs` (in the function's flat output order), variables by
+    placeholders' op names, outputs by `task.outputs` (in the function's flat output order), variables by
     `variable_names` (id of the variable's handle -> an object with `.name`), else by `var.name`. The
     float64 upcast needs a SavedModel, so these run in the function's own precision."""
     from .domains import infer
     from .session import run_function_session
 
-    return _guarded(lambda: run_function_session(fn, sources, outputs, flow, options, dict(variable_names or {}),
-                                                 progress or (lambda _msg: None), infer(analysis)))
+    return _guarded(lambda: run_function_session(fn, task, dict(variable_names or {}), infer(task.analysis)))
 
 
 def _guarded(run: Callable[[], NumericOutcome]) -> NumericOutcome:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -70,6 +70,16 @@ class Group:
     outputs: tuple[str, ...]
     inputs: list[str] = field(default_factory=list)
     variables: list[int] = field(default_factory=list)  # indices into Runner.vars
+
+
+class _Said(NamedTuple):
+    """What a failure's finding says beyond the estimate: why a cut on the pair does not explain it (None: no
+    cut was checked), (the outputs that disagree on their own, a sentence on each), and whether it was seen
+    twice or once (rules.SEEN_TWICE, rules.SEEN_ONCE)."""
+
+    beyond: str | None
+    alone: tuple[tuple[str, ...], str]
+    seen: str
 
 
 @dataclass
@@ -391,7 +401,6 @@ class Checker:
         kinds = [a.kind for a in attempts]
         est = attempts[-1].est
         label = output_label(group.outputs, self.runner.float_outputs)
-        said = self._outputs_text(group)
 
         def result(status: str, reason: str | None, source: str = group.source, e: Estimate = est,
                    evals: int = evaluations) -> NumericResult:
@@ -400,7 +409,6 @@ class Checker:
                                  bound=_finite(e.rel_threshold(self.s.floor)))
 
         judged = self._judge_differences(group, u, attempts)
-        kink_op = judged.kink_op.label if judged is not None and judged.kink_op is not None else None
         if judged is not None and judged.kind == "none":
             # no op on the path has a kink and the differences along the line are smooth: the difference is
             # the gradient's at that point, whatever a nearby point says (TensorFlow's SVD gradient at repeated
@@ -408,62 +416,76 @@ class Checker:
             assert judged.attempt.at is not None
             self.runner.move_to(*judged.attempt.at)
             self._report_failure(group, [judged.attempt], evaluations, u, result, once=judged.evidence)
-            return
-        if kinds[-1] == "pass" and judged is not None and judged.kind == "mixed":
+        elif kinds[-1] == "pass":
+            self._report_pass(group, attempts, judged, result)
+        elif kinds.count("surrogate") == 2 or (
+                "surrogate" in kinds and "fail" not in kinds and self.s.op_types & (QUANTISERS | STOP_OPS)):
+            # Confirmed twice, or once where the model holds the ops straight-through estimators use.
+            self._report_surrogate(group, attempts, result)
+        elif kinds.count("fail") == 2:
+            self._report_failure(group, attempts, evaluations, u, result)
+        else:
+            self._report_unresolved(group, attempts, judged, result)
+
+    def _report_pass(self, group: Group, attempts: list[Attempt], judged: Judgement | None, result) -> None:
+        """The last line passed: a pass, unless a discrepancy seen first is not explained or nothing was compared."""
+        kink_op = _kink_label(judged)
+        if judged is not None and judged.kind == "mixed":
             self.results.append(replace(result(
                 "inconclusive", f"passed at a nearby point, but the discrepancy seen first (rel. error "
                 f"{judged.attempt.est.rel_error:.1e}) is not explained: {judged.evidence}"),
                 evidence=judged.evidence, kink_op=kink_op))
             return
-        if kinds[-1] == "pass":
-            reason = None
-            if judged is not None:  # a kink or a marginal difference, with its evidence
-                reason = (f"passed at a nearby point; the discrepancy seen first (rel. error "
-                          f"{judged.attempt.est.rel_error:.1e}) is "
-                          f"{'a kink' if judged.kind == 'kink' else 'marginal'}: {judged.evidence}")
-            elif len(attempts) > 1:
-                reason = (f"passed at a nearby point; along {len(attempts) - 1} earlier line(s) the "
-                          f"difference quotients did not settle, without a discrepancy beyond their error bound")
-            status = "pass"
-            if est.scale == 0.0:  # nothing was compared: say so rather than pass
-                status = "inconclusive"
-                reason = ("gradient and finite differences are both zero at the checked point"
-                          + (" (the inputs given may mask everything out)" if self.s.given else
-                             " (synthesised inputs may mask everything out; give real examples with --inputs)"))
-                if self._missing(group, attempts[-1].point):
-                    self.notes.append(
-                        f"{group.source}: the static pass found a gradient path to {said}; TensorFlow "
-                        f"returns no gradient and the outputs do not move with it at the checked point.")
-            self.results.append(replace(result(status, reason), evidence=judged.evidence if judged else None,
-                                        kink_op=kink_op))
-        elif kinds.count("surrogate") == 2 or (
-                "surrogate" in kinds and "fail" not in kinds and self.s.op_types & (QUANTISERS | STOP_OPS)):
-            # Confirmed twice, or once where the model holds the ops straight-through estimators use.
-            est = next(a.est for a in attempts if a.kind == "surrogate")
-            self.results.append(result(
-                "inconclusive", f"surrogate gradient: the forward is flat along the direction (numeric "
-                f"derivative {est.numeric:.2e}) while the gradient is not ({est.autodiff:.2e})", e=est))
+        reason = None
+        if judged is not None:  # a kink or a marginal difference, with its evidence
+            reason = (f"passed at a nearby point; the discrepancy seen first (rel. error "
+                      f"{judged.attempt.est.rel_error:.1e}) is "
+                      f"{'a kink' if judged.kind == 'kink' else 'marginal'}: {judged.evidence}")
+        elif len(attempts) > 1:
+            reason = (f"passed at a nearby point; along {len(attempts) - 1} earlier line(s) the "
+                      f"difference quotients did not settle, without a discrepancy beyond their error bound")
+        status = "pass"
+        if attempts[-1].est.scale == 0.0:  # nothing was compared: say so rather than pass
+            status = "inconclusive"
+            reason = ("gradient and finite differences are both zero at the checked point"
+                      + (" (the inputs given may mask everything out)" if self.s.given else
+                         " (synthesised inputs may mask everything out; give real examples with --inputs)"))
+            if self._missing(group, attempts[-1].point):
+                self.notes.append(
+                    f"{group.source}: the static pass found a gradient path to {self._outputs_text(group)}; "
+                    f"TensorFlow returns no gradient and the outputs do not move with it at the checked point.")
+        self.results.append(replace(result(status, reason), evidence=judged.evidence if judged else None,
+                                    kink_op=kink_op))
+
+    def _report_surrogate(self, group: Group, attempts: list[Attempt], result) -> None:
+        """A surrogate gradient: the forward is flat along the line while the gradient is not."""
+        est = next(a.est for a in attempts if a.kind == "surrogate")
+        self.results.append(result(
+            "inconclusive", f"surrogate gradient: the forward is flat along the direction (numeric "
+            f"derivative {est.numeric:.2e}) while the gradient is not ({est.autodiff:.2e})", e=est))
+        self.findings.append(rules.SurrogateGradient.finding(
+            f"The gradient of {self._outputs_text(group)} with respect to {self._describe(group)} is a surrogate: "
+            f"the forward pass is piecewise constant along a random direction (derivative {est.numeric:.2e}) "
+            f"while TensorFlow's gradient is {est.autodiff:.2e}, as with a straight-through estimator.",
+            sources=self._sources(group), outputs=group.outputs))
+
+    def _report_unresolved(self, group: Group, attempts: list[Attempt], judged: Judgement | None,
+                           result) -> None:
+        """Neither a pass nor a confirmed failure: inconclusive, and a surrogate where a jumpy forward meets the
+        ops of one."""
+        self.results.append(replace(result("inconclusive", self._unresolved_reason(attempts, judged)),
+                                    evidence=judged.evidence if judged else None, kink_op=_kink_label(judged)))
+        # Quantised forwards jump at every step size (many elements cross quantisation levels): with
+        # a quantiser or a straight-through stop_gradient in the model, that is its surrogate.
+        jumps = any(a.est.jumpy for a in attempts)
+        rough = jumps or any(a.est.kinky for a in attempts)
+        ops = self.s.op_types & ((QUANTISERS if rough else frozenset()) | (STOP_OPS if jumps else frozenset()))
+        if ops:
             self.findings.append(rules.SurrogateGradient.finding(
-                f"The gradient of {said} with respect to {self._describe(group)} is a surrogate: the forward "
-                f"pass is piecewise constant along a random direction (derivative {est.numeric:.2e}) while "
-                f"TensorFlow's gradient is {est.autodiff:.2e}, as with a straight-through estimator.",
+                f"The forward pass from {self._describe(group)} to {self._outputs_text(group)} jumps along random "
+                f"directions and the model uses {', '.join(sorted(ops))}: its gradient is a surrogate, "
+                f"not a derivative, and it cannot be checked numerically.",
                 sources=self._sources(group), outputs=group.outputs))
-        elif kinds.count("fail") == 2:
-            self._report_failure(group, attempts, evaluations, u, result)
-        else:
-            self.results.append(replace(result("inconclusive", self._unresolved_reason(attempts, judged)),
-                                        evidence=judged.evidence if judged else None, kink_op=kink_op))
-            # Quantised forwards jump at every step size (many elements cross quantisation levels): with
-            # a quantiser or a straight-through stop_gradient in the model, that is its surrogate.
-            jumps = any(a.est.jumpy for a in attempts)
-            rough = jumps or any(a.est.kinky for a in attempts)
-            ops = self.s.op_types & ((QUANTISERS if rough else frozenset()) | (STOP_OPS if jumps else frozenset()))
-            if ops:
-                self.findings.append(rules.SurrogateGradient.finding(
-                    f"The forward pass from {self._describe(group)} to {said} jumps along random "
-                    f"directions and the model uses {', '.join(sorted(ops))}: its gradient is a surrogate, "
-                    f"not a derivative, and it cannot be checked numerically.",
-                    sources=self._sources(group), outputs=group.outputs))
 
     def _differs(self, a: Attempt) -> bool:
         """A difference from finite differences beyond the bound was measured along the attempt's line: a
@@ -483,36 +505,38 @@ class Checker:
         kinked, op = self.s.domains.kink_on(self._sources(group), group.outputs)
         said = self._outputs_text(group)
         where = f"on the path from {self._describe(group)} to {said}"
-        verdicts = []
-        for a in seen:
-            slope = a.est.kinky or a.est.jumpy or bool(self._slope_changes(u, a))
-            threshold = a.est.rel_threshold(self.s.floor)
-            if not slope and a.est.rel_error <= FAR * threshold:
-                verdicts.append(("marginal", f"the difference (rel. error {a.est.rel_error:.1e}) is within {FAR:g} "
-                                             f"times its error bound ({threshold:.1e}) along a smooth line: the bound, "
-                                             f"an estimate, may be what is off there"))
-            elif op is not None and slope:
-                verdicts.append(("kink", f"{op.label} has a kink {where}, and the differences along the line "
-                                         f"change slope across it"))
-            elif not kinked and not slope:
-                verdicts.append(("none", f"no op with a kink (ReLU, abs, max, clip, floor...) lies {where} and the "
-                                         f"differences along the line do not change slope: the function is smooth "
-                                         f"there and its gradient is wrong at that point (a nearby point agrees)"))
-            elif slope:
-                verdicts.append(("mixed", "the differences along the line change slope, but no op with a kink "
-                                          + (f"lies {where}" if self.s.domains.kinks is not None else
-                                             f"{where} can be named without the static pass's graph")))
-            elif op is not None:
-                verdicts.append(("mixed", f"{op.label} has a kink {where}, but the differences along the line do "
-                                          f"not change slope"))
-            else:
-                verdicts.append(("mixed", f"the differences along the line do not change slope, but without the "
-                                          f"static pass's graph an op with a kink {where} cannot be ruled out"))
+        verdicts = [self._verdict(u, a, op, kinked, where) for a in seen]
         for kind in ("none", "mixed", "marginal", "kink"):
             for a, (k, evidence) in zip(seen, verdicts):
                 if k == kind:
                     return Judgement(kind, evidence, op, a)
         return None
+
+    def _verdict(self, u, a: Attempt, op, kinked: bool, where: str) -> tuple[str, str]:
+        """(kind, evidence) of one line that showed a difference: Judgement's kinds, from whether an op with a
+        kink lies on the path (`op`, `kinked`) and whether the differences change slope along the line."""
+        slope = a.est.kinky or a.est.jumpy or bool(self._slope_changes(u, a))
+        threshold = a.est.rel_threshold(self.s.floor)
+        if not slope and a.est.rel_error <= FAR * threshold:
+            return ("marginal", f"the difference (rel. error {a.est.rel_error:.1e}) is within {FAR:g} "
+                                f"times its error bound ({threshold:.1e}) along a smooth line: the bound, "
+                                f"an estimate, may be what is off there")
+        if op is not None and slope:
+            return ("kink", f"{op.label} has a kink {where}, and the differences along the line "
+                            f"change slope across it")
+        if not kinked and not slope:
+            return ("none", f"no op with a kink (ReLU, abs, max, clip, floor...) lies {where} and the "
+                            f"differences along the line do not change slope: the function is smooth "
+                            f"there and its gradient is wrong at that point (a nearby point agrees)")
+        if slope:
+            return ("mixed", "the differences along the line change slope, but no op with a kink "
+                             + (f"lies {where}" if self.s.domains.kinks is not None else
+                                f"{where} can be named without the static pass's graph"))
+        if op is not None:
+            return ("mixed", f"{op.label} has a kink {where}, but the differences along the line do "
+                             f"not change slope")
+        return ("mixed", f"the differences along the line do not change slope, but without the "
+                         f"static pass's graph an op with a kink {where} cannot be ruled out")
 
     def _unresolved_reason(self, attempts: list[Attempt], judged: Judgement | None = None) -> str:
         if judged is not None and judged.kind in ("mixed", "marginal"):
@@ -559,50 +583,62 @@ class Checker:
         explains it: `attempts` then holds that attempt alone, and the runner sits at its point."""
         failed = [a for a in attempts if a.kind == "fail"] if once is None else list(attempts)
         confirming = failed[-1]  # the runner still sits at its point
-        doubt = self.s.domains.doubtful(self._sources(group), group.outputs, set(self.s.given))
-        if doubt is not None:
-            op = doubt.op
-            self.results.append(result(
-                "inconclusive", f"a discrepancy (rel. error {failed[0].est.rel_error:.1e}) through {op.op_type} "
-                f"'{op.op_name}' in {op.function}, whose registered gradient assumes its labels are a "
-                f"distribution: {doubt.input} reaches those labels through other ops, so whether the "
-                f"synthesised {doubt.input} makes them one is unknown; give real examples with --inputs",
-                e=failed[0].est, evals=evaluations))
+        if self._doubtful(group, failed[0].est, evaluations, result):
             return
-        beyond = None
-        stops = self._stops(group)
-        if self.s.uncut is not None and stops:
-            judged = self._cut_explains(u, confirming)
-            if judged is not None and judged[0]:
-                self.results.append(result(
-                    "pass", f"the difference from finite differences (rel. error {failed[0].est.rel_error:.1e}) is "
-                    f"what {stops} does: with it made an identity the gradient matches them (rel. error "
-                    f"{judged[1]:.1e})", e=failed[0].est, evals=evaluations + 1))
-                return
-            if judged is not None:
-                beyond = (f"with {stops} made an identity the gradient still differs from finite differences "
-                          f"(rel. error {judged[1]:.1e}): the cut does not explain it")
+        explained, beyond = self._cut_verdict(group, u, confirming, failed[0].est)
+        if explained is not None:
+            self.results.append(result("pass", explained, e=failed[0].est, evals=evaluations + 1))
+            return
         culprits: list[tuple[list[int], Estimate]] = []
         if len(group.variables) > 1:
             culprits, spent = self._bisect(group, u, confirming)
             evaluations += spent
         names = self._variable_names
         pinned = [n for idx, _ in culprits for n in names(idx)]
-        alone = self._outputs_alone(group, u, confirming)
-        seen = f"seen at one point: {once}" if once else None
-        reason = "; ".join(r for r in (seen, f"pinned to {', '.join(pinned)}" if pinned else None, beyond) if r) or None
+        said = _Said(beyond, self._outputs_alone(group, u, confirming),
+                     rules.SEEN_TWICE if once is None else rules.SEEN_ONCE)
+        reason = _failure_reason(once, pinned, beyond)
         row = replace(result("fail", reason, e=failed[0].est, evals=evaluations), evidence=once)
         self.results.append(replace(row, expected_by="") if beyond else row)  # "": no cut explains it
-        marker = rules.SEEN_TWICE if once is None else rules.SEEN_ONCE
         if group.inputs:
-            self._mismatch(group, group.inputs, failed[0].est, confirming.point, beyond=beyond, alone=alone,
-                           seen=marker)
+            self._mismatch(group, group.inputs, failed[0].est, confirming.point, None, said)
             return
         for idx, e in culprits or [(group.variables, failed[0].est)]:
             if len(idx) == 1 and len(group.variables) > 1:
                 self.results.append(replace(result("fail", None, source=names(idx)[0], e=e, evals=e.evaluations),
                                             evidence=once))
-            self._mismatch(group, names(idx), e, confirming.point, idx, beyond=beyond, alone=alone, seen=marker)
+            self._mismatch(group, names(idx), e, confirming.point, idx, said)
+
+    def _cut_verdict(self, group: Group, u, confirming: Attempt, est: Estimate) -> tuple[str | None, str | None]:
+        """(why the stop_gradients crossing the group's pairs explain the failure, why they do not): at most
+        one of them, both None when there are none or the model without them cannot be made or run."""
+        stops = self._stops(group)
+        if self.s.uncut is None or not stops:
+            return None, None
+        judged = self._cut_explains(u, confirming)
+        if judged is None:
+            return None, None
+        if judged[0]:
+            return (f"the difference from finite differences (rel. error {est.rel_error:.1e}) is "
+                    f"what {stops} does: with it made an identity the gradient matches them (rel. error "
+                    f"{judged[1]:.1e})"), None
+        return None, (f"with {stops} made an identity the gradient still differs from finite differences "
+                      f"(rel. error {judged[1]:.1e}): the cut does not explain it")
+
+    def _doubtful(self, group: Group, est: Estimate, evaluations: int, result) -> bool:
+        """Whether the failure goes through a gradient that assumes its labels are a distribution while synthesised
+        inputs reach those labels through other ops: then an inconclusive row says so."""
+        doubt = self.s.domains.doubtful(self._sources(group), group.outputs, set(self.s.given))
+        if doubt is None:
+            return False
+        op = doubt.op
+        self.results.append(result(
+            "inconclusive", f"a discrepancy (rel. error {est.rel_error:.1e}) through {op.op_type} "
+            f"'{op.op_name}' in {op.function}, whose registered gradient assumes its labels are a "
+            f"distribution: {doubt.input} reaches those labels through other ops, so whether the "
+            f"synthesised {doubt.input} makes them one is unknown; give real examples with --inputs",
+            e=est, evals=evaluations))
+        return True
 
     def _stops(self, group: Group) -> str:
         """The stop_gradients crossing the group's pairs ("" when none, or when a pair is also cut otherwise)."""
@@ -648,8 +684,10 @@ class Checker:
         return tuple(failing), f" Each output on its own: {'; '.join(said)}."
 
     def _mismatch(self, group: Group, names: list[str], est: Estimate, point: Point,
-                  var_idx: list[int] | None = None, beyond: str | None = None,
-                  alone: tuple[tuple[str, ...], str] = ((), ""), seen: str = rules.SEEN_TWICE) -> None:
+                  var_idx: list[int] | None, said: _Said) -> None:
+        """The finding of a failure of `names` (inputs, or the variables `var_idx`): a missing gradient when
+        TensorFlow gives none, else a gradient mismatch."""
+        beyond, alone, seen = said
         outputs = alone[0] or group.outputs  # the outputs that disagree on their own, when that could be told
         label = outputs[0] if len(outputs) == 1 else "outputs " + ", ".join(outputs)
         if var_idx is None:
@@ -701,6 +739,18 @@ class Checker:
             else:  # the discrepancy only shows with the halves together: name the set
                 found.append((idx, idx_est))
         return sorted(found, key=lambda item: item[0]), spent
+
+
+def _failure_reason(once: str | None, pinned: list[str], beyond: str | None) -> str | None:
+    """A failing row's reason: seen at one point (with its evidence), the variables it was pinned to, why a cut
+    does not explain it; None when there is nothing to say."""
+    seen = f"seen at one point: {once}" if once else None
+    return "; ".join(r for r in (seen, f"pinned to {', '.join(pinned)}" if pinned else None, beyond) if r) or None
+
+
+def _kink_label(judged: Judgement | None) -> str | None:
+    """The label of the op with a kink the judgement names, if any."""
+    return judged.kink_op.label if judged is not None and judged.kink_op is not None else None
 
 
 def _weight(g, v) -> float:

@@ -82,38 +82,47 @@ def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int
     arrays: dict[str, np.ndarray] = {}
     for name in sorted(specs):
         spec = specs[name]
-        np_dtype = spec.dtype.as_numpy_dtype
         if name in given:
             value = np.asarray(given[name])
             if spec.shape.rank is not None and not spec.shape.is_compatible_with(value.shape):
                 raise InputError(f"--inputs array {name!r} has shape {list(value.shape)}, the signature "
                                  f"wants {spec.shape.as_list()}")
-            arrays[name] = value.astype(np_dtype)
+            arrays[name] = value.astype(spec.dtype.as_numpy_dtype)
             continue
-        shape = _shape(name, spec, batch_size, dim, shapes)
-        domain = domains.inputs.get(name)
-        if spec.dtype.is_floating or spec.dtype.is_complex:
-            if domain is not None and domain.kind == "distribution" and len(shape) >= 1:
-                arrays[name] = _distribution(rng, shape).astype(np_dtype)
-            else:
-                arrays[name] = rng.standard_normal(shape).astype(np_dtype)
-        elif spec.dtype.is_bool:
-            arrays[name] = np.zeros(shape, dtype=bool)
-        elif spec.dtype.name == "string":
-            arrays[name] = np.full(shape, b"", dtype=object)
-        elif spec.dtype.is_integer and domain is not None and domain.kind == "classes" and domain.high:
-            arrays[name] = rng.integers(0, domain.high, size=shape).astype(np_dtype)
-        elif spec.dtype.is_integer and domain is not None and domain.kind in ("length", "position"):
-            arrays[name] = np.full(shape, min(1, (domain.high or 2) - 1), dtype=np_dtype)
-        elif spec.dtype.is_integer and domain is not None and domain.kind == "segments":
-            arrays[name] = (rng.integers(0, domain.high, size=shape) if domain.high
-                            else np.zeros(shape, dtype=np.int64)).astype(np_dtype)
-        elif spec.dtype.is_integer and domain is not None and domain.kind != "index":
-            high = domain.high if domain.kind == "ids" and domain.high else COUNT_HIGH
-            ids = rng.integers(1, max(high, 2), size=shape)
-            if domain.padded and len(shape) >= 2 and shape[-1] > 1:
-                ids[1::2, ..., -1] = 0  # every other example ends with one padding position
-            arrays[name] = ids.astype(np_dtype)
-        else:
-            arrays[name] = np.zeros(shape, dtype=np_dtype)
+        arrays[name] = _synthesised(spec, _shape(name, spec, batch_size, dim, shapes), domains.inputs.get(name), rng)
     return arrays
+
+
+def _synthesised(spec, shape: tuple[int, ...], domain, rng: np.random.Generator) -> np.ndarray:
+    """One synthesised input of `shape` in the dtype of `spec`, for what `domain` says it is made for."""
+    np_dtype = spec.dtype.as_numpy_dtype
+    if spec.dtype.is_floating or spec.dtype.is_complex:
+        if domain is not None and domain.kind == "distribution" and len(shape) >= 1:
+            return _distribution(rng, shape).astype(np_dtype)
+        return rng.standard_normal(shape).astype(np_dtype)
+    if spec.dtype.is_bool:
+        return np.zeros(shape, dtype=bool)
+    if spec.dtype.name == "string":
+        return np.full(shape, b"", dtype=object)
+    if spec.dtype.is_integer and domain is not None:
+        return _integers(domain, shape, rng, np_dtype)
+    return np.zeros(shape, dtype=np_dtype)
+
+
+def _integers(domain, shape: tuple[int, ...], rng: np.random.Generator, np_dtype) -> np.ndarray:
+    """An integer input for its domain: class labels, lengths and positions, segment ids, token ids and counts;
+    zeros for an index into a table of unknown size."""
+    if domain.kind == "classes" and domain.high:
+        return rng.integers(0, domain.high, size=shape).astype(np_dtype)
+    if domain.kind in ("length", "position"):
+        return np.full(shape, min(1, (domain.high or 2) - 1), dtype=np_dtype)
+    if domain.kind == "segments":
+        return (rng.integers(0, domain.high, size=shape) if domain.high
+                else np.zeros(shape, dtype=np.int64)).astype(np_dtype)
+    if domain.kind != "index":
+        high = domain.high if domain.kind == "ids" and domain.high else COUNT_HIGH
+        ids = rng.integers(1, max(high, 2), size=shape)
+        if domain.padded and len(shape) >= 2 and shape[-1] > 1:
+            ids[1::2, ..., -1] = 0  # every other example ends with one padding position
+        return ids.astype(np_dtype)
+    return np.zeros(shape, dtype=np_dtype)

@@ -11,7 +11,7 @@ import numpy as np
 from ..flow import STOP_OPS
 from ..model import Finding, FlowEntry, NumericResult, OpRef, Output, Source
 from ..rules import numeric as rules
-from . import ALL_VARIABLES, NumericOptions, NumericOutcome
+from . import ALL_VARIABLES, NumericOptions, NumericOutcome, NumericTask
 from .checks import Checker, Group, Settings, output_label
 from .domains import Domains
 from .inputs import InputError, given_inputs, synthesise
@@ -72,8 +72,6 @@ class Plan:
 
     def _setup(self, specs: dict[str, Any], out_dtypes: dict[str, Any], sources: list[Source],
                outputs: list[Output], flow: list[FlowEntry], domains: Domains | None) -> None:
-        import tensorflow as tf
-
         self.specs = specs
         self.domains = domains or Domains()
         wanted = [o.name for o in outputs if o.name in out_dtypes] or sorted(out_dtypes)
@@ -81,10 +79,19 @@ class Plan:
         self.input_sources = [s.name for s in sources if s.kind == "input" and s.differentiable
                               and s.name in specs and specs[s.name].dtype.is_floating]
         self.variable_sources = [s.name for s in sources if s.kind == "variable" and s.differentiable]
-        floats = [out_dtypes[o] for o in self.float_outputs] + [specs[n].dtype for n in self.input_sources]
+        self.native = self._native_dtype(out_dtypes, sources)
+        self._read_flow(flow)
+
+    def _native_dtype(self, out_dtypes: dict[str, Any], sources: list[Source]) -> str:
+        """The widest-rounding float dtype among the float outputs, inputs and differentiable variables."""
+        import tensorflow as tf
+
+        floats = [out_dtypes[o] for o in self.float_outputs] + [self.specs[n].dtype for n in self.input_sources]
         floats += [tf.as_dtype(s.dtype) for s in sources if s.kind == "variable" and s.differentiable
                    and s.dtype in EPS]
-        self.native = max((d.name for d in floats if d.name in EPS), key=lambda n: EPS[n], default="float32")
+        return max((d.name for d in floats if d.name in EPS), key=lambda n: EPS[n], default="float32")
+
+    def _read_flow(self, flow: list[FlowEntry]) -> None:
         self._status = {(f.source, f.output): f.status for f in flow}
         # pairs blocked only because TensorFlow raises when it differentiates the signature: checked, so that
         # the raise is seen at run time and said with TensorFlow's reason
@@ -133,6 +140,17 @@ class _Model:
     custom_gradients: list[OpRef]
 
 
+@dataclass(frozen=True)
+class _Session:
+    """What every check of one session shares: the plan, the point the checks start from, the options, and
+    `progress`, told each step."""
+
+    plan: Plan
+    point: dict[str, np.ndarray]
+    options: NumericOptions
+    progress: Callable[[str], None]
+
+
 def _skipped(source: str, output: str, reason: str) -> NumericResult:
     return NumericResult(source=source, output=output, status="skipped", rel_error=None, step=None,
                          dtype=None, evaluations=0, reason=reason)
@@ -147,31 +165,30 @@ def _point(plan: Plan, options: NumericOptions, domains: Domains) -> dict[str, n
                               [f"Numeric checks skipped: {exc}"])
 
 
-def run_session(loads: ModelLoads, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
-                options: NumericOptions, progress: Callable[[str], None],
-                domains: Domains | None = None) -> NumericOutcome:
+def run_session(loads: ModelLoads, task: NumericTask, domains: Domains | None = None) -> NumericOutcome:
     info = loads.info
-    plan = Plan(info, sources, outputs, flow, domains)
-    point = _point(plan, options, plan.domains)
+    plan = Plan(info, task.sources, task.outputs, task.flow, domains)
+    point = _point(plan, task.options, plan.domains)
     if isinstance(point, NumericOutcome):
         return point
     if (nothing := plan.empty()) is not None:
         return nothing
+    session = _Session(plan, point, task.options, task.say)
     notes: list[str] = []
     why = "float64 evaluation disabled"
     failed64 = None
-    if options.upcast:
+    if task.options.upcast:
         blockers = ["the model has no TF2 object graph"] if info.function is None else float64_blockers(info)
         if not blockers:
             try:
-                outcome = _load_and_check(loads, plan, point, options, True, progress)
+                outcome = _load_and_check(loads, session, True)
                 return _with_precision(outcome, "float64 copy of the model", notes)
             except _Float64Failed as exc:
                 blockers, failed64 = [str(exc)], exc.error
         why = f"the model's own precision: {'; '.join(blockers)}"
         notes.append(f"Float64 evaluation is not possible ({'; '.join(blockers)}): checked in "
                      f"{plan.native} with tolerances from the measured noise.")
-    outcome = _load_and_check(loads, plan, point, options, False, progress)
+    outcome = _load_and_check(loads, session, False)
     if failed64 is not None and outcome.stopped == failed64:
         # The model fails the same way as saved (a gradient that raises, an op that cannot load): that error
         # is the model's, not the float64 copy's, and no check ran in either precision.
@@ -186,9 +203,8 @@ def _with_precision(outcome: NumericOutcome, why: str | None, notes: list[str]) 
     return NumericOutcome(results, outcome.findings, notes + outcome.notes)
 
 
-def run_function_session(fn, sources: list[Source], outputs: list[Output], flow: list[FlowEntry],
-                         options: NumericOptions, variable_names: dict[int, Any] | None,
-                         progress: Callable[[str], None], domains: Domains | None = None) -> NumericOutcome:
+def run_function_session(fn, task: NumericTask, variable_names: dict[int, Any] | None,
+                         domains: Domains | None = None) -> NumericOutcome:
     """The same checks on a traced ConcreteFunction (Python and Keras targets), in its own precision."""
     import tensorflow as tf
 
@@ -196,20 +212,38 @@ def run_function_session(fn, sources: list[Source], outputs: list[Output], flow:
     placeholders = [t for t in fn.inputs if id(t) not in captured]
     specs = {t.op.name: tf.TensorSpec(t.shape, t.dtype) for t in placeholders}
     flat = tf.nest.flatten(fn.structured_outputs)
+    outputs = task.outputs
     names = [o.name for o in outputs] if len(outputs) == len(flat) else [f"output_{i}" for i in range(len(flat))]
-    plan = Plan.of_function(specs, {n: t.dtype for n, t in zip(names, flat)}, sources, outputs, flow, domains)
-    point = _point(plan, options, plan.domains)
+    plan = Plan.of_function(specs, {n: t.dtype for n, t in zip(names, flat)}, task.sources, outputs, task.flow,
+                            domains)
+    point = _point(plan, task.options, plan.domains)
     if isinstance(point, NumericOutcome):
         return point
     if (nothing := plan.empty()) is not None:
         return nothing
-    variable_names = variable_names or {}
+    graphs = [fn.graph] + [f.graph for f in fn.graph._functions.values() if hasattr(f, "graph")]  # noqa: SLF001
+    ops = [(g, op) for g in graphs for op in g.get_operations()]
+    model = _Model(PositionalFunction(fn, [t.op.name for t in placeholders], names), specs,
+                   _function_variables(fn, variable_names or {}), frozenset(op.type for _, op in ops),
+                   _custom_gradients(ops))
+    outcome = _check(model, _Session(plan, point, task.options, task.say), False)
+    note = "Float64 evaluation applies to SavedModels only: checked in the function's own precision."
+    why = ("float64 copies are made of SavedModels only: the function's own precision" if task.options.upcast
+           else "float64 evaluation disabled")
+    return _with_precision(outcome, why, [note] if task.options.upcast else [])
+
+
+def _function_variables(fn, variable_names: dict[int, Any]) -> dict[str, Any]:
+    """The function's variables by source name: the name `variable_names` gives its handle, else `var.name`."""
     variables = {}
     for v in fn.variables:
         info = variable_names.get(id(v.handle))
         variables[info.name if info is not None else v.name.split(":")[0]] = v
-    graphs = [fn.graph] + [f.graph for f in fn.graph._functions.values() if hasattr(f, "graph")]  # noqa: SLF001
-    ops = [(g, op) for g in graphs for op in g.get_operations()]
+    return variables
+
+
+def _custom_gradients(ops: list[tuple[Any, Any]]) -> list[OpRef]:
+    """The ops of (graph, op) with a custom gradient, other than the calls into the functions that hold them."""
     custom = []
     for g, op in ops:
         try:
@@ -218,13 +252,7 @@ def run_function_session(fn, sources: list[Source], outputs: list[Output], flow:
             continue
         if op.type not in ("PartitionedCall", "StatefulPartitionedCall"):
             custom.append(OpRef(op.type, op.name, getattr(g, "name", "<graph>")))
-    model = _Model(PositionalFunction(fn, [t.op.name for t in placeholders], names), specs, variables,
-                   frozenset(op.type for _, op in ops), custom)
-    outcome = _check(model, plan, point, options, False, progress)
-    note = "Float64 evaluation applies to SavedModels only: checked in the function's own precision."
-    why = ("float64 copies are made of SavedModels only: the function's own precision" if options.upcast
-           else "float64 evaluation disabled")
-    return _with_precision(outcome, why, [note] if options.upcast else [])
+    return custom
 
 
 class _Float64Failed(RuntimeError):
@@ -242,12 +270,11 @@ def _float64_errors() -> tuple[type[BaseException], ...]:
     return (tf.errors.OpError, LookupError, ValueError, TypeError, KeyError)
 
 
-def _load_and_check(loads: ModelLoads, plan: Plan, point: dict[str, np.ndarray], options: NumericOptions,
-                    use64: bool, progress: Callable[[str], None]) -> NumericOutcome:
+def _load_and_check(loads: ModelLoads, session: _Session, use64: bool) -> NumericOutcome:
     """The checks on the model loaded in float64 (`use64`) or as saved; the loaded model stays in `loads`
     for the stability probes, unless it cannot run."""
-    info = loads.info
-    progress("loading the model" + (" (float64 copy)" if use64 else ""))
+    info, plan = loads.info, session.plan
+    session.progress("loading the model" + (" (float64 copy)" if use64 else ""))
     try:
         loaded = loads.get(use64)
     except Exception as exc:
@@ -255,11 +282,11 @@ def _load_and_check(loads: ModelLoads, plan: Plan, point: dict[str, np.ndarray],
             raise _Float64Failed(f"the float64 copy does not load: {describe(exc)}", describe(exc)) from exc
         groups = [Group(n, tuple(plan.float_outputs), inputs=[n]) for n in plan.input_sources]
         groups += [Group(ALL_VARIABLES, tuple(plan.float_outputs))] if plan.variable_sources else []
-        return _model_error(ModelError(describe(exc), "load"), groups, plan, plan.native, [], [])
+        return _model_error(ModelError(describe(exc), "load"), groups, plan, plan.native)
     try:
         model = _Model(loaded.fn, loaded.fn.structured_input_signature[1],
                        signature_variables(info, loaded.fn), info.op_types, info.custom_gradients)
-        return _check(model, plan, point, options, use64, progress, loads if use64 else None)
+        return _check(model, session, use64, loads if use64 else None)
     except _Float64Failed as exc:
         loads.fail(True, exc.__cause__ or exc)  # TensorFlow's own error, for the probes' note
         raise
@@ -272,9 +299,9 @@ def _load_and_check(loads: ModelLoads, plan: Plan, point: dict[str, np.ndarray],
         raise _Float64Failed(f"the float64 copy does not run: {describe(exc)}", describe(exc)) from exc
 
 
-def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: NumericOptions, use64: bool,
-           progress: Callable[[str], None], loads: ModelLoads | None = None) -> NumericOutcome:
+def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | None = None) -> NumericOutcome:
     """`loads`: the float64 copy's, to check on a copy without cuts whether a cut explains a mismatch."""
+    plan, options = session.plan, session.options
     dtype = "float64" if use64 else plan.native
     results: list[NumericResult] = []
     notes: list[str] = []
@@ -298,7 +325,7 @@ def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: Num
     if not groups:
         return NumericOutcome(results, [], notes)
 
-    runner = Runner(model.call, point, plan.input_sources, variables, plan.float_outputs, specs=model.specs)
+    runner = Runner(model.call, session.point, plan.input_sources, variables, plan.float_outputs, specs=model.specs)
     eps = EPS[dtype]
     settings = Settings(dtype=dtype, upcast=use64, eps=eps, ladder=ladder_for(eps, use64),
                         floor=floor_for(dtype), resolution=RESOLUTION, op_types=model.op_types,
@@ -306,13 +333,14 @@ def _check(model: _Model, plan: Plan, point: dict[str, np.ndarray], options: Num
                         given=given_inputs(options.inputs_file), stopped=plan.stopped,
                         uncut=UncutDerivative(loads, plan.input_sources, [n for n, _ in variables], plan.float_outputs)
                         if loads is not None and plan.stopped else None)
-    checker = Checker(runner, settings, np.random.default_rng([options.seed, 1]), progress)
+    checker = Checker(runner, settings, np.random.default_rng([options.seed, 1]), session.progress)
     try:
         checker.run(groups, _random_ops(model.op_types))
     except ModelError as exc:
         if use64:
             raise _Float64Failed(f"the float64 copy does not run: {exc}", str(exc)) from exc
-        return _model_error(exc, groups, plan, dtype, results, notes, _synthesised_structure(plan, options))
+        failed = _model_error(exc, groups, plan, dtype, _synthesised_structure(plan, options))
+        return NumericOutcome(results + failed.results, failed.findings, notes + failed.notes, stopped=failed.stopped)
     return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
 
 
@@ -343,8 +371,10 @@ def variable_groups(plan: Plan, names: list[str]) -> tuple[list[Group], int]:
             for outs, idx in by_outputs.items()], unconnected
 
 
-def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str, results: list[NumericResult],
-                 notes: list[str], synthesised: list[str] | None = None) -> NumericOutcome:
+def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
+                 synthesised: list[str] | None = None) -> NumericOutcome:
+    """The outcome of checks that could not run (`groups`, in `dtype`): an error row for each, a note, and the
+    finding when the model is at fault; `synthesised`, the integer inputs made up here."""
     finding: Finding | None
     if exc.stage != "load" and synthesised and str(exc).startswith(_VALUE_ERRORS):
         # the kernel refused the values it was given, and some of them were made up here: the inputs are outside
@@ -368,8 +398,8 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str, r
         finding = rules.UnrunnableModel.finding(
             f"The loaded model cannot run, so its gradients could not be checked: {exc}",
             outputs=tuple(plan.float_outputs))
-    notes.append(f"Numeric checks not run: {reason}")
+    notes = [f"Numeric checks not run: {reason}"]
     errors = [NumericResult(source=g.source, output=output_label(g.outputs, plan.float_outputs), status="error",
                             rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason)
               for g in groups]
-    return NumericOutcome(results + errors, [finding] if finding else [], notes, stopped=str(exc))
+    return NumericOutcome(errors, [finding] if finding else [], notes, stopped=str(exc))

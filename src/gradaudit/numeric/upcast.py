@@ -95,8 +95,6 @@ def _kernel_accepts(op_type: str, attrs: dict[str, tuple[int, ...]], cache: dict
 
 def float64_blockers(info: SavedModelInfo) -> list[str]:
     """Why the float64 copy could not run (empty when it can): fixed-float32 ops, missing float64 kernels."""
-    from tensorflow.python.framework import op_def_registry
-
     library = info.meta_graph.graph_def.library
     function_names = {f.signature.name for f in library.function}
     blockers: dict[str, str] = {}
@@ -105,38 +103,46 @@ def float64_blockers(info: SavedModelInfo) -> list[str]:
         for node in fdef.node_def:
             if node.op in function_names or node.op in blockers:
                 continue
-            if node.op in _WIDTH_DEPENDENT:
-                blockers[node.op] = f"{node.op} reinterprets the bytes of a float"
-                continue
-            op_def = op_def_registry.get(node.op)
-            if op_def is None:
-                blockers[node.op] = f"{node.op} is not a TensorFlow op known here"
-                continue
-            if any(arg.type in _LOW for arg in (*op_def.input_arg, *op_def.output_arg)):
-                blockers[node.op] = f"{node.op} only accepts float32"
-                continue
-            doubled: dict[str, tuple[int, ...]] = {}
-            for attr in op_def.attr:
-                if attr.type not in ("type", "list(type)"):
-                    continue
-                value = node.attr.get(attr.name)
-                types: tuple[int, ...]
-                if attr.type == "type":
-                    types = (value.type,) if value is not None else (attr.default_value.type,)
-                else:
-                    types = tuple(value.list.type) if value is not None else tuple(attr.default_value.list.type)
-                if not _LOW & set(types):
-                    continue
-                types = tuple(_WIDER.get(t, t) for t in types)
-                allowed = set(attr.allowed_values.list.type)
-                if allowed and not set(types) <= allowed:
-                    blockers[node.op] = f"{node.op} has no float64 version"
-                    break
-                doubled[attr.name] = types
-            else:
-                if doubled and not _kernel_accepts(node.op, doubled, cache):
-                    blockers[node.op] = f"{node.op} has no float64 kernel"
+            blocker = _blocker(node, cache)
+            if blocker is not None:
+                blockers[node.op] = blocker
     return sorted(blockers.values())
+
+
+def _blocker(node, cache: dict) -> str | None:
+    """Why the op of `node` cannot run in the float64 copy, or None when it can."""
+    from tensorflow.python.framework import op_def_registry
+
+    if node.op in _WIDTH_DEPENDENT:
+        return f"{node.op} reinterprets the bytes of a float"
+    op_def = op_def_registry.get(node.op)
+    if op_def is None:
+        return f"{node.op} is not a TensorFlow op known here"
+    if any(arg.type in _LOW for arg in (*op_def.input_arg, *op_def.output_arg)):
+        return f"{node.op} only accepts float32"
+    doubled: dict[str, tuple[int, ...]] = {}
+    for attr in op_def.attr:
+        if attr.type not in ("type", "list(type)"):
+            continue
+        types = _attr_types(node, attr)
+        if not _LOW & set(types):
+            continue
+        types = tuple(_WIDER.get(t, t) for t in types)
+        allowed = set(attr.allowed_values.list.type)
+        if allowed and not set(types) <= allowed:
+            return f"{node.op} has no float64 version"
+        doubled[attr.name] = types
+    if doubled and not _kernel_accepts(node.op, doubled, cache):
+        return f"{node.op} has no float64 kernel"
+    return None
+
+
+def _attr_types(node, attr) -> tuple[int, ...]:
+    """The dtypes a type or list(type) attr of the op takes at `node` (its default when the node does not set it)."""
+    value = node.attr.get(attr.name)
+    if attr.type == "type":
+        return (value.type,) if value is not None else (attr.default_value.type,)
+    return tuple(value.list.type) if value is not None else tuple(attr.default_value.list.type)
 
 
 def _without_cuts(meta) -> None:

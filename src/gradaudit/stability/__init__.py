@@ -72,12 +72,10 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
 
 
 def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
-    from ..numeric.inputs import InputError, given_inputs, synthesise
+    from ..numeric.inputs import InputError, given_inputs
     from ..numeric.runner import ModelError, signature_variables
-    from ..static.hazards import find_hazards
-    from .probes import Prober, run_ladder
+    from .probes import ProbeConfig, Prober
     from .second_order import run_second_order
-    from .verdicts import ladder_findings
 
     info = loads.info
     n = options.numeric
@@ -91,34 +89,15 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
         outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
         return
     loaded = loads.get(False)
-    if n.batch_size < options.batch_size:
-        wider = synthesise(plan.specs, seed=n.seed, batch_size=options.batch_size, dim=n.dim, shapes=n.shapes,
-                           inputs_file=n.inputs_file, domains=plan.domains)
-        why = _mixes_examples(loaded.fn, wider, plan.float_outputs)
-        if why:
-            outcome.notes.append(f"Stability probes at a batch of {options.batch_size}, as the numeric checks: "
-                                 f"{why}, so one example alone would not show what a batch does.")
-            base = wider
+    base = _batch_point(loaded, plan, base, options, outcome)
     by_name = signature_variables(info, loaded.fn)
     variables = [(v, by_name[v]) for v in plan.variable_sources if v in by_name]
     prober = None
     try:
-        prober = Prober(loads, plan, base, variables, analysis.graph, analysis.gradient_functions,
-                        n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis))
+        prober = Prober(loads, plan, base, variables, analysis,
+                        ProbeConfig(n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis)))
         if plan.input_sources:
-            ladder = run_ladder(prober, options.scales)
-            outcome.results.extend(ladder.results)
-            outcome.numeric.extend(ladder.numeric)
-            outcome.findings.extend(ladder.mismatches)
-            outcome.notes.extend(ladder.notes)
-            findings, outcome.verdicts = ladder_findings(
-                ladder.reported, plan.input_sources, find_hazards(analysis), ladder.scales)
-            outcome.findings.extend(findings)
-            outcome.findings.extend(_raising_points(ladder.raised, plan, analysis))
-            if ladder.raised:
-                outcome.incomplete.append(
-                    f"stability probes could not differentiate the model at {len(ladder.raised)} probe point(s) "
-                    f"(first: {ladder.raised[0][0]}: {ladder.raised[0][1]}): nothing was observed there")
+            _ladder(prober, analysis, options, outcome)
         else:
             outcome.notes.append("Stability probes skipped: no float input to scale.")
         if options.order >= 2:
@@ -133,6 +112,46 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
         if prober is not None:
             outcome.notes.extend(prober.notes)
             prober.close()
+
+
+def _batch_point(loaded, plan, base: dict, options: StabilityOptions, outcome: StabilityOutcome) -> dict:
+    """The probes' base point: `base` (one example), or the numeric checks' batch when the model's outputs
+    for one example change with the others of its batch (said in a note)."""
+    from ..numeric.inputs import synthesise
+
+    n = options.numeric
+    if n.batch_size >= options.batch_size:
+        return base
+    wider = synthesise(plan.specs, seed=n.seed, batch_size=options.batch_size, dim=n.dim, shapes=n.shapes,
+                       inputs_file=n.inputs_file, domains=plan.domains)
+    why = _mixes_examples(loaded.fn, wider, plan.float_outputs)
+    if not why:
+        return base
+    outcome.notes.append(f"Stability probes at a batch of {options.batch_size}, as the numeric checks: "
+                         f"{why}, so one example alone would not show what a batch does.")
+    return wider
+
+
+def _ladder(prober, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
+    """The ladder of input scales, its findings and hazard verdicts, into `outcome`."""
+    from ..static.hazards import find_hazards
+    from .probes import run_ladder
+    from .verdicts import ladder_findings
+
+    plan = prober.plan
+    ladder = run_ladder(prober, options.scales)
+    outcome.results.extend(ladder.results)
+    outcome.numeric.extend(ladder.numeric)
+    outcome.findings.extend(ladder.mismatches)
+    outcome.notes.extend(ladder.notes)
+    findings, outcome.verdicts = ladder_findings(
+        ladder.reported, plan.input_sources, find_hazards(analysis), ladder.scales)
+    outcome.findings.extend(findings)
+    outcome.findings.extend(_raising_points(ladder.raised, plan, analysis))
+    if ladder.raised:
+        outcome.incomplete.append(
+            f"stability probes could not differentiate the model at {len(ladder.raised)} probe point(s) "
+            f"(first: {ladder.raised[0][0]}: {ladder.raised[0][1]}): nothing was observed there")
 
 
 def probe_start(loads, analysis, numeric: NumericOptions):

@@ -93,7 +93,7 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
     from ..numeric.runner import Runner, signature_variables
     from . import probe_start
     from .forensics import Forensics
-    from .probes import dense, scaled_point, valid_scales
+    from .probes import dense
 
     try:
         plan, base = probe_start(loads, analysis, options.numeric)
@@ -112,10 +112,7 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
     # the stability probes' cotangent: random and signed, never ones
     rng = np.random.default_rng([options.numeric.seed, 3])
     u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
-    scaled = [s for s in plan.input_sources if getattr(plan.domains.inputs.get(s), "kind", None) != "distribution"]
-    kept, _ = valid_scales(options.scales, [target, *(base[s].dtype for s in scaled)]) if scaled else ([], [])
-    points: list[tuple[float | None, dict[str, np.ndarray]]] = [(None, base)]
-    points += [(s, scaled_point(base, tuple(scaled), s, 1)) for s in kept]
+    kept, points = _points(plan, base, options.scales, target)
     names = plan.input_sources + [v for v, _ in variables]
     forensics = Forensics(loaded.fn, analysis.graph, analysis.gradient_functions)
     causes: dict[tuple[str, OpRef], list[tuple[float | None, PrecisionResult, str]]] = {}
@@ -127,10 +124,8 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
                      **{v: dense(g) for (v, _), g in zip(variables, g_var)}}
             outcome.results.extend(_gradient_rows(grads, names, target, scale))
             if not outcome.incomplete:
-                values = _activations(forensics, point, target, outcome)
-                for kind, row, consumer in _activation_causes(values, target, scale, islands):
-                    causes.setdefault((kind, row.op), []).append((scale, row, consumer))
-                    outcome.results.append(row)
+                _activation_rows(_activations(forensics, point, target, outcome), (target, scale, islands),
+                                 causes, outcome)
     finally:
         forensics.close()
     base_rows = [r for r in outcome.results if r.kind == "gradient" and r.scale is None]
@@ -138,6 +133,28 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
     outcome.findings.extend(_activation_findings(causes, target))
     if not outcome.findings and not outcome.incomplete:
         outcome.notes.append(_all_fit(base_rows, target, kept))
+
+
+def _points(plan, base: dict[str, np.ndarray], scales, target: str
+            ) -> tuple[list[float], list[tuple[float | None, dict[str, np.ndarray]]]]:
+    """(the ladder's scales `target` and the inputs represent, the points: the model's own (scale None), then
+    the scaled inputs at each of those scales). Class-probability labels are not scaled."""
+    from .probes import scaled_point, valid_scales
+
+    scaled = [s for s in plan.input_sources if getattr(plan.domains.inputs.get(s), "kind", None) != "distribution"]
+    kept, _ = valid_scales(scales, [target, *(base[s].dtype for s in scaled)]) if scaled else ([], [])
+    points: list[tuple[float | None, dict[str, np.ndarray]]] = [(None, base)]
+    points += [(s, scaled_point(base, tuple(scaled), s, 1)) for s in kept]
+    return kept, points
+
+
+def _activation_rows(values: list, at: tuple[str, float | None, bool], causes: dict,
+                     outcome: PrecisionOutcome) -> None:
+    """The rows of the ops whose outputs overflow or underflow at one point, `at` = (target, scale, islands), into
+    `outcome`, and each under its (kind, op) in `causes`."""
+    for kind, row, consumer in _activation_causes(values, *at):
+        causes.setdefault((kind, row.op), []).append((at[1], row, consumer))
+        outcome.results.append(row)
 
 
 def _activations(forensics, point: dict[str, np.ndarray], target: str, outcome: PrecisionOutcome) -> list:
@@ -216,40 +233,53 @@ def _pct(x: float) -> str:
 
 
 def _gradient_findings(rows: list[PrecisionResult], target: str) -> list[Finding]:
-    lim = limits(target)
-    found: list[Finding] = []
     scale = rows[0].loss_scale if rows else None
-    # entries zero at loss scale 1 that the shared scale keeps; entries zero at the shared scale that the
-    # source's own scale would keep (entries lost at every scale are over the dtype's range below their own
-    # source's largest: negligible beside it, not a cause)
+    found = [_rescued_finding(rows, target, scale), _range_finding(rows, target, scale),
+             _overflow_finding(rows, target, scale)]
+    return [f for f in found if f is not None]
+
+
+def _rescued_finding(rows: list[PrecisionResult], target: str, scale: float | None) -> Finding | None:
+    """Gradient entries zero at loss scale 1 that the shared loss scale `scale` keeps."""
     rescued = [r for r in rows if scale is not None and r.underflow - (r.underflow_scaled or 0) >= LOST]
+    if not rescued:
+        return None
+    return rules.GradientUnderflow.finding(
+        f"In {target}, gradient entries flush to zero (below {limits(target).smallest_subnormal:.3g} after the cast) "
+        f"at loss scale 1: " + ", ".join(f"{r.name} {_pct(r.underflow)} (smallest nonzero |g| {r.smallest:.3g})"
+                                         for r in rescued)
+        + f"; a dynamic loss scale settles on {power_of_two(scale)} (largest |g| "  # type: ignore[arg-type]
+          f"{max(r.largest or 0 for r in rows):.3g}), where they are in range",
+        sources=[r.name for r in rescued])
+
+
+def _range_finding(rows: list[PrecisionResult], target: str, scale: float | None) -> Finding | None:
+    """Entries zero at the shared scale that the source's own scale would keep (entries lost at every scale are
+    over the dtype's range below their own source's largest: negligible beside it, not a cause)."""
     still = [r for r in rows if scale is not None and _only_shared(r.underflow_scaled, r.underflow_own) >= LOST]
-    if rescued:
-        found.append(rules.GradientUnderflow.finding(
-            f"In {target}, gradient entries flush to zero (below {lim.smallest_subnormal:.3g} after the cast) at "
-            f"loss scale 1: " + ", ".join(f"{r.name} {_pct(r.underflow)} (smallest nonzero |g| {r.smallest:.3g})"
-                                          for r in rescued)
-            + f"; a dynamic loss scale settles on {power_of_two(scale)} (largest |g| "  # type: ignore[arg-type]
-              f"{max(r.largest or 0 for r in rows):.3g}), where they are in range",
-            sources=[r.name for r in rescued]))
-    if still:
-        widest = max((r.largest or 0) for r in rows) / min(r.largest or np.inf for r in still)
-        found.append(rules.GradientRange.finding(
-            f"No single loss scale serves every source in {target}: at {power_of_two(scale)}, the largest the "  # type: ignore[arg-type]
-            f"gradients allow (largest |g| {max(r.largest or 0 for r in rows):.3g}), gradient entries still flush "
-            f"to zero that a scale for their source alone would keep: "
-            + ", ".join(f"{r.name} {_pct(_only_shared(r.underflow_scaled, r.underflow_own))} (largest |g| "
-                        f"{r.largest:.3g})" for r in still)
-            + f"; the sources' largest gradients are {widest:.3g} apart",
-            sources=[r.name for r in still]))
+    if not still:
+        return None
+    widest = max((r.largest or 0) for r in rows) / min(r.largest or np.inf for r in still)
+    return rules.GradientRange.finding(
+        f"No single loss scale serves every source in {target}: at {power_of_two(scale)}, the largest the "  # type: ignore[arg-type]
+        f"gradients allow (largest |g| {max(r.largest or 0 for r in rows):.3g}), gradient entries still flush "
+        f"to zero that a scale for their source alone would keep: "
+        + ", ".join(f"{r.name} {_pct(_only_shared(r.underflow_scaled, r.underflow_own))} (largest |g| "
+                    f"{r.largest:.3g})" for r in still)
+        + f"; the sources' largest gradients are {widest:.3g} apart",
+        sources=[r.name for r in still])
+
+
+def _overflow_finding(rows: list[PrecisionResult], target: str, scale: float | None) -> Finding | None:
+    """Gradient entries beyond the dtype's largest finite value at loss scale 1."""
     over = [r for r in rows if r.overflow]
-    if over:
-        found.append(rules.GradientOverflow.finding(
-            f"In {target}, gradient entries exceed the largest finite value ({lim.largest:.6g}) at loss scale 1: "
-            + ", ".join(f"{r.name} {_pct(r.overflow)} (largest |g| {r.largest:.3g})" for r in over)
-            + (f"; a dynamic loss scaler must fall to {power_of_two(scale)}" if scale else ""),
-            sources=[r.name for r in over]))
-    return found
+    if not over:
+        return None
+    return rules.GradientOverflow.finding(
+        f"In {target}, gradient entries exceed the largest finite value ({limits(target).largest:.6g}) at loss "
+        "scale 1: " + ", ".join(f"{r.name} {_pct(r.overflow)} (largest |g| {r.largest:.3g})" for r in over)
+        + (f"; a dynamic loss scaler must fall to {power_of_two(scale)}" if scale else ""),
+        sources=[r.name for r in over])
 
 
 def _activation_findings(causes: dict, target: str) -> list[Finding]:

@@ -13,8 +13,9 @@ wrong only for large inputs (x > 2) fails there. The probe's own gradient pass i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -133,16 +134,35 @@ class LadderOutcome:
     raised: list[tuple[str, str]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ProbeConfig:
+    """How a Prober runs: the seed of its random cotangents and directions, whether it may make a float64 copy
+    (`upcast`), the inputs read from --inputs (`given`), and `suspects(sources, output)`: the ops on the gradient
+    path between them whose backward can make a NaN or Inf (read from the static pass), named when forensics
+    cannot locate the op at fault."""
+
+    seed: int
+    upcast: bool
+    given: frozenset[str] = frozenset()
+    suspects: Callable[..., tuple] | None = None
+
+
+class ProbeAt(NamedTuple):
+    """A probe point: the inputs of `config` scaled by sign × scale."""
+
+    config: tuple[str, ...]
+    scale: float
+    sign: int
+
+
 class Prober:
     """Gradients of one loaded model at moved points, with the float64 copy and forensics on demand."""
 
-    def __init__(self, loads, plan, base: dict[str, np.ndarray], variables: list, graph,
-                 gradient_functions: dict[str, str], seed: int, upcast: bool, given: frozenset[str] = frozenset(),
-                 suspects=None):
+    def __init__(self, loads, plan, base: dict[str, np.ndarray], variables: list, analysis, config: ProbeConfig):
         """`loads` (numeric.runner.ModelLoads): the model as the numeric checks read and loaded it, and its
-        float64 copy, shared here. `suspects(sources, output)`: the ops on the gradient path between them whose
-        backward can make a NaN or Inf (read from the static pass), named when forensics cannot locate the op
-        at fault."""
+        float64 copy, shared here. `analysis`: the static pass's StaticAnalysis, whose graph and gradient
+        functions the forensics read."""
+        seed, upcast, given, suspects = config.seed, config.upcast, config.given, config.suspects
         self.loads = loads
         self.loaded, self.info, self.tags = loads.get(False), loads.info, loads.tags
         self.plan, self.base = plan, base
@@ -162,7 +182,7 @@ class Prober:
         self.checked: list[NumericResult] = []
         self.mismatches: list[Finding] = []
         self.raised: list[tuple[str, str]] = []  # (where, TensorFlow's reason): points it cannot differentiate
-        self.forensics = Forensics(self.loaded.fn, graph, gradient_functions)
+        self.forensics = Forensics(self.loaded.fn, analysis.graph, analysis.gradient_functions)
         self.suspects = suspects or (lambda _sources, _output: ())
         self._runners: dict[tuple[str | None, bool, bool], object] = {}
         self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
@@ -316,7 +336,7 @@ class Prober:
                 continue
             for s in sources:
                 grad = o_grads.get(s)
-                seen[s, o] = (self._judge_gradient(point, o, s, grad, float64_at(o), config, scale, sign)
+                seen[s, o] = (self._judge_gradient(point, o, s, grad, float64_at(o), ProbeAt(config, scale, sign))
                               if nonfinite(grad) else Observation(OK, scale, sign, config))
         return seen
 
@@ -379,19 +399,9 @@ class Prober:
             out, g_in, g_var = runner.gradient({o: np.concatenate([self.u[o]] * n, axis=0) for o in self.u})
         except ModelError:
             return None  # observed one by one, where the error is reported as it always was
-        for o, mine in self.base_outputs.items():
-            theirs = np.asarray(out[o], np.float64)[:rows]
-            mine64 = np.asarray(mine, np.float64)
-            size = float(np.max(np.abs(mine64[np.isfinite(mine64)]), initial=0.0))
-            if theirs.shape != mine64.shape or not np.allclose(theirs, mine64, rtol=1e-3, atol=1e-3 * size + 1e-30,
-                                                                  equal_nan=True):
-                return None
-        rows_ok = np.ones(n, dtype=bool)
-        for values in [out[o] for o in self.plan.float_outputs] + [dense(g) for g in g_in.values()]:
-            if values is None:
-                continue
-            a = np.asarray(values, np.float64).reshape(n, -1)
-            rows_ok &= np.isfinite(a).all(axis=1)
+        if not self._base_rows_agree(out, rows):
+            return None
+        rows_ok = self._finite_rows(out, g_in, n)
         if any(nonfinite(dense(g)) for g in g_var):
             # The variables' gradients are summed over the points: any of them may be at fault. Without the
             # points whose own rows are not finite, one more pass tells whether the others are clean.
@@ -401,6 +411,28 @@ class Prober:
             again = iter(self._finite_chunk(config, good, rows) or [False] * len(good))
             return [bool(ok) and next(again) for ok in rows_ok[1:]]
         return [bool(x) for x in rows_ok[1:]]
+
+    def _base_rows_agree(self, out, rows: int) -> bool:
+        """Whether the first `rows` rows of the stacked outputs are the base point's own outputs: the stacked
+        pass computes each point as it would alone (no example mixes with the others)."""
+        for o, mine in self.base_outputs.items():
+            theirs = np.asarray(out[o], np.float64)[:rows]
+            mine64 = np.asarray(mine, np.float64)
+            size = float(np.max(np.abs(mine64[np.isfinite(mine64)]), initial=0.0))
+            if theirs.shape != mine64.shape or not np.allclose(theirs, mine64, rtol=1e-3, atol=1e-3 * size + 1e-30,
+                                                                  equal_nan=True):
+                return False
+        return True
+
+    def _finite_rows(self, out, g_in, n: int) -> np.ndarray:
+        """For each of the `n` stacked points, whether its outputs and input gradients are all finite."""
+        rows_ok = np.ones(n, dtype=bool)
+        for values in [out[o] for o in self.plan.float_outputs] + [dense(g) for g in g_in.values()]:
+            if values is None:
+                continue
+            a = np.asarray(values, np.float64).reshape(n, -1)
+            rows_ok &= np.isfinite(a).all(axis=1)
+        return rows_ok
 
     def variables_at_probe_points(self) -> bool:
         """Whether the probe-point checks also check the variables: when the model holds custom gradients, whose
@@ -424,8 +456,8 @@ class Prober:
         self.gradients(self.point(tuple(inputs), scale, sign), with_variables=with_variables)
         if self._last is None:
             return
-        native = self._check_groups(self.runner(None, False, with_variables), self._last, inputs, scale, sign,
-                                    self.plan.native, None)
+        native = self._check_groups(self.runner(None, False, with_variables), self._last,
+                                    ProbeAt(tuple(inputs), scale, sign), self.plan.native, None)
         why = "the stability probes run the model in its own precision"
         self.checked.extend(replace(r, scale=sign * scale, precision_reason=why) for _, r in native)
 
@@ -438,34 +470,82 @@ class Prober:
         with_variables = self.variables_at_probe_points()
         if self._float64_gradients(point, None, with_variables=with_variables) is None or self._last64 is None:
             return None
-        results = self._check_groups(self.runner(None, True, with_variables), self._last64, inputs, scale, sign,
-                                     "float64", groups)
+        results = self._check_groups(self.runner(None, True, with_variables), self._last64,
+                                     ProbeAt(tuple(inputs), scale, sign), "float64", groups)
         return [r for _, r in results]
 
-    def _check_groups(self, runner, at: tuple, inputs: list[str], scale: float, sign: int, dtype: str,
+    def _check_groups(self, runner, at: tuple, probe: ProbeAt, dtype: str,
                       groups: list | None) -> list[tuple[Any, NumericResult]]:
         """(group, result) of each check at the point `at` = (outputs, input gradients, variable gradients)
-        the runner sits at: `groups`, or every input of `inputs` with its output groups."""
-        from ..numeric.checks import Checker, Group, Point, Settings
-        from ..numeric.session import EPS, RESOLUTION, floor_for, variable_groups
+        the runner sits at, the probe point `probe`: `groups`, or every input of `probe.config` with its output
+        groups (a group of several outputs all inconclusive is checked again output by output)."""
+        from ..numeric.checks import Checker, Group
+
+        f64 = dtype == "float64" and self.plan.native != "float64"
+        checker = Checker(runner, self._settings(runner, dtype, f64),
+                          np.random.default_rng([self.seed, 5, int(probe.scale * 1e3), probe.sign + 1]))
+        checker.base_outputs = at[0]
+        at_outputs = self._cotangents(runner, at)
+        checked: list[tuple[Any, NumericResult]] = []
+
+        def check(group) -> None:
+            before = len(checker.results)
+            checker.check_group(group, *at_outputs(tuple(group.outputs)))
+            checked.extend((group, r) for r in checker.results[before:])
+
+        split = groups is None
+        for group in self._probe_groups(runner, probe.config) if groups is None else groups:
+            before = len(checked)
+            check(group)
+            if split and len(group.outputs) > 1 and all(r.status == "inconclusive" for _, r in checked[before:]):
+                # one output oscillating or saturating at this scale must not hide another's wrong
+                # gradient: check them one by one
+                del checked[before:]
+                for o in group.outputs:
+                    check(Group(group.source, (o,), inputs=list(group.inputs), variables=list(group.variables)))
+        where = f"inputs × {probe.sign * probe.scale:g} (stability probes{', float64 copy' if f64 else ''})"
+        reported = {s for f in self.mismatches for s in f.sources}
+        for f in checker.findings:
+            if f.rule == "gradient-mismatch" and not set(f.sources) & reported:  # one per source is enough
+                self.mismatches.append(replace(f, message=f"At the probe point {where}: "
+                                                          f"{f.message}"))
+        return checked
+
+    def _settings(self, runner, dtype: str, f64: bool):
+        """The numeric checks' Settings at a probe point, in `dtype` (`f64`: on the float64 copy of a model that
+        is not float64): strict, as a probe point's extremes ask."""
+        from ..numeric.checks import Settings
+        from ..numeric.session import EPS, RESOLUTION, floor_for
         from ..numeric.sweep import ladder_for
 
-        out, g_in, g_var = at
         eps = EPS[dtype]
-        f64 = dtype == "float64" and self.plan.native != "float64"
-        settings = Settings(dtype=dtype, upcast=f64, eps=eps, ladder=ladder_for(eps, f64),
-                            floor=floor_for(dtype), resolution=RESOLUTION, op_types=self.info.op_types,
-                            custom_gradients=self.info.custom_gradients, domains=self.plan.domains,
-                            given=self.given, strict=True, stopped=self.plan.stopped,
-                            uncut=self._uncut(runner) if f64 and self.plan.stopped else None)
-        checker = Checker(runner, settings, np.random.default_rng([self.seed, 5, int(scale * 1e3), sign + 1]))
-        checker.base_outputs = out
+        return Settings(dtype=dtype, upcast=f64, eps=eps, ladder=ladder_for(eps, f64),
+                        floor=floor_for(dtype), resolution=RESOLUTION, op_types=self.info.op_types,
+                        custom_gradients=self.info.custom_gradients, domains=self.plan.domains,
+                        given=self.given, strict=True, stopped=self.plan.stopped,
+                        uncut=self._uncut(runner) if f64 and self.plan.stopped else None)
+
+    def _probe_groups(self, runner, inputs) -> list:
+        """Every input of `inputs` with each of its output groups, and the runner's variables (when it has them,
+        `variables_at_probe_points`) in its order."""
+        from ..numeric.checks import Group
+        from ..numeric.session import variable_groups
+
+        groups = [Group(n, outs, inputs=[n]) for n in inputs for outs in self.plan.output_groups(n)]
+        if runner.vars:
+            groups += variable_groups(self.plan, runner.var_names)[0]
+        return groups
+
+    def _cotangents(self, runner, at: tuple) -> Callable[[tuple[str, ...]], tuple[dict[str, np.ndarray], Any]]:
+        """outs -> (the cotangent on `outs` only, zero on the others, and its gradient Point at `at`), each computed
+        once: a check labelled with some outputs differentiates and differences those alone, never an output
+        the source reaches only through a stop_gradient."""
+        from ..numeric.checks import Point
+
+        out, g_in, g_var = at
         points: dict[tuple[str, ...], tuple[dict[str, np.ndarray], Point]] = {}
 
         def at_outputs(outs: tuple[str, ...]) -> tuple[dict[str, np.ndarray], Point]:
-            """The cotangent on `outs` only (zero on the others) and its gradient at this point: a check
-            labelled with some outputs differentiates and differences those alone, never an output the
-            source reaches only through a stop_gradient."""
             if outs not in points:
                 if set(outs) == set(self.u):
                     points[outs] = (self.u, Point(g_in, g_var, out))
@@ -475,36 +555,7 @@ class Prober:
                     points[outs] = (u, Point(gi, gv, out))
             return points[outs]
 
-        checked: list[tuple[Any, NumericResult]] = []
-
-        def check(group) -> None:
-            before = len(checker.results)
-            checker.check_group(group, *at_outputs(tuple(group.outputs)))
-            checked.extend((group, r) for r in checker.results[before:])
-
-        if groups is None:
-            groups = [Group(n, outs, inputs=[n]) for n in inputs for outs in self.plan.output_groups(n)]
-            if runner.vars:  # the variables too (`variables_at_probe_points`), in the runner's order
-                groups += variable_groups(self.plan, runner.var_names)[0]
-            split = True
-        else:
-            split = False
-        for group in groups:
-            before = len(checked)
-            check(group)
-            if split and len(group.outputs) > 1 and all(r.status == "inconclusive" for _, r in checked[before:]):
-                # one output oscillating or saturating at this scale must not hide another's wrong
-                # gradient: check them one by one
-                del checked[before:]
-                for o in group.outputs:
-                    check(Group(group.source, (o,), inputs=list(group.inputs), variables=list(group.variables)))
-        where = f"inputs × {sign * scale:g} (stability probes{', float64 copy' if f64 else ''})"
-        reported = {s for f in self.mismatches for s in f.sources}
-        for f in checker.findings:
-            if f.rule == "gradient-mismatch" and not set(f.sources) & reported:  # one per source is enough
-                self.mismatches.append(replace(f, message=f"At the probe point {where}: "
-                                                          f"{f.message}"))
-        return checked
+        return at_outputs
 
     def _uncut(self, runner):
         """The float64 copy without its cuts, for the runner's sources (one per set of variables)."""
@@ -524,7 +575,10 @@ class Prober:
                                   "range): not reported")
         return FORWARD, self.culprit(("forward", config, scale, sign), lambda: self.forensics.forward(point)), ""
 
-    def _judge_gradient(self, point, output, source, grad, exact, config, scale, sign) -> Observation:
+    def _judge_gradient(self, point, output, source, grad, exact, at: ProbeAt) -> Observation:
+        """The observation of a non-finite gradient of `output` for `source` at the probe point `at` (`exact`:
+        the float64 copy's (outputs, gradients) there, None without one)."""
+        config, scale, sign = at
         value = nonfinite(grad)
         if value != "nan" and exact is not None and exact[1].get(source) is not None:
             bad = ~np.isfinite(grad)
@@ -552,6 +606,22 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
     # Class-probability labels stay a distribution: they are not scaled.
     inputs = [n for n in plan.input_sources
               if getattr(plan.domains.inputs.get(n), "kind", None) != "distribution"]
+    worst, reported, skipped = _climb(prober, inputs, scales)
+    if prober.given and inputs:
+        # The ladder scales the inputs normalised to a largest magnitude of 1: the given point itself is not on
+        # it, and the model as saved may overflow there while the float64 checks at that point pass.
+        reported += [(s, o, obs) for (s, o), obs in prober.observe(tuple(inputs), GIVEN, 1).items() if obs.reported]
+    results = _ladder_results(prober, _rows_of(prober, worst), inputs)
+    notes = [f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
+             "range of the inputs' dtype."] if skipped else []
+    probed = sorted({abs(float(s)) for s in scales} - skipped - {0.0})
+    return LadderOutcome(results, reported, notes, probed, prober.checked, prober.mismatches, list(prober.raised))
+
+
+def _climb(prober: Prober, inputs: list[str], scales):
+    """Observe every (config, scale, sign) of the ladder: all `inputs` together and, when there are several,
+    each alone; the gradient is checked at the CHECKED points of the first config where all is finite.
+    Returns the worst observation per (source, output, scale), the reported ones, and the scales skipped."""
     configs = ([tuple(inputs)] if inputs else []) + ([(n,) for n in inputs] if len(inputs) > 1 else [])
     worst: dict[tuple[str, str, float], Observation] = {}
     reported: list[tuple[str, str, Observation]] = []
@@ -570,12 +640,13 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
             if (scale, sign) in CHECKED and config == configs[0] and seen and all(
                     obs.kind == OK for obs in seen.values()):
                 prober.check_at(list(config), scale, sign)
-    if prober.given and inputs:
-        # The ladder scales the inputs normalised to a largest magnitude of 1: the given point itself is not on
-        # it, and the model as saved may overflow there while the float64 checks at that point pass.
-        reported += [(s, o, obs) for (s, o), obs in prober.observe(tuple(inputs), GIVEN, 1).items() if obs.reported]
-    # Variables are not scaled: with several, one row per (output, scale) stands for all of them, as in the
-    # numeric checks ("*"), and names those that went wrong.
+    return worst, reported, skipped
+
+
+def _rows_of(prober: Prober, worst: dict[tuple[str, str, float], Observation]
+             ) -> dict[tuple[str, str, float], tuple[Observation, list[str]]]:
+    """The worst observation per row. Variables are not scaled: with several, one row per (output, scale) stands
+    for all of them, as in the numeric checks ("*"), with the names of those that went wrong."""
     label = dict.fromkeys(prober.var_names, ALL_VARIABLES) if len(prober.var_names) > 1 else {}
     rows: dict[tuple[str, str, float], tuple[Observation, list[str]]] = {}
     for (s, o, scale), obs in worst.items():
@@ -583,6 +654,13 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
         worst_obs, bad = rows.get(key, (obs, []))
         rows[key] = (obs if obs.kind > worst_obs.kind else worst_obs,
                      bad + ([s] if obs.kind != OK and s in label else []))
+    return rows
+
+
+def _ladder_results(prober: Prober, rows: dict[tuple[str, str, float], tuple[Observation, list[str]]],
+                    inputs: list[str]) -> list[StabilityResult]:
+    """One StabilityResult per row, by source (inputs, then variables), output and scale."""
+    plan = prober.plan
     order = {n: i for i, n in enumerate(plan.input_sources + [ALL_VARIABLES] + prober.var_names)}
     outs = {n: i for i, n in enumerate(plan.float_outputs)}
     results = []
@@ -591,10 +669,8 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
         detail = obs.detail(inputs)
         if bad:
             detail = f"{', '.join(bad[:5])}{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}: {detail}"
-        results.append(StabilityResult(s, o, scale, STATUS[obs.kind], obs.culprit.op.op_type if obs.culprit else None,
-                                       obs.culprit.op.op_name if obs.culprit else None, detail,
+        culprit = obs.culprit.op if obs.culprit else None
+        results.append(StabilityResult(s, o, scale, STATUS[obs.kind], culprit.op_type if culprit else None,
+                                       culprit.op_name if culprit else None, detail,
                                        reported=obs.kind != OK and obs.reported))
-    notes = [f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
-             "range of the inputs' dtype."] if skipped else []
-    probed = sorted({abs(float(s)) for s in scales} - skipped - {0.0})
-    return LadderOutcome(results, reported, notes, probed, prober.checked, prober.mismatches, list(prober.raised))
+    return results

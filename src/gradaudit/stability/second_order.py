@@ -119,7 +119,7 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
             unavailable[reason][0].extend(names)
             unavailable[reason][1].update(outs)
             continue
-        line = _line(point, names, v, w, hw, g0, eps)
+        line = _line(point, v, w, hw, g0, eps)
         est = sweep.run(line, sweep.ladder_for(eps, use64), FLOOR_ULPS * eps, RESOLUTION)
         verdict = sweep.classify(est, FLOOR_ULPS * eps, RESOLUTION)
         if verdict == "fail":
@@ -190,13 +190,14 @@ class _BasePoint:
         return {n: np.zeros(np.shape(self.values[n])) if h is None else h for n, h in zip(self.names, hw_list)}
 
 
-def _line(point: _BasePoint, names: list[str], v: dict[str, np.ndarray], w: dict[str, np.ndarray],
+def _line(point: _BasePoint, v: dict[str, np.ndarray], w: dict[str, np.ndarray],
           hw: dict[str, np.ndarray], g0: dict[str, np.ndarray | None], eps: float):
     """The sweep's line along v: phi(t) = <gradient at base + t v, w>, which autodiff predicts moves by
-    <H·w, t v> (the module docstring)."""
+    <H·w, t v> (the module docstring). v, w and H·w are given on the sources checked together, in order."""
     from ..numeric import sweep
 
     base = point.values
+    names = list(v)
     g0 = {n: np.zeros(np.shape(base[n])) if g0.get(n) is None else g0[n] for n in names}
     terms = [hw[n] * v[n] for n in names]
     autodiff = float(sum(np.sum(t) for t in terms))

@@ -84,34 +84,52 @@ def _ladder_findings(groups, inputs: list[str], hazards: list[Hazard]) -> list[F
     findings = []
     for (kind, op, _), items in groups.items():
         observed = [o for _, _, o in items]
-        first = observed[0]
         outputs = tuple(dict.fromkeys(o for _, o, _ in items))
-        named = ", ".join(outputs)
-        several = len(outputs) > 1
         if kind == GRADIENT:
             sources = tuple(dict.fromkeys(s for s, _, _ in items))
-            text = (f"The gradient{'s' if several else ''} of {named} with respect to {', '.join(sources)} "
-                    f"{'are' if several else 'is'} {values_text({o.value for o in observed})} while "
-                    f"{'those outputs are' if several else f'{named} is'} finite, at input scale(s) "
-                    f"{_scales(observed)} (e.g. {first.where(inputs)})")
-            rule = rules.UnstableGradient
+            text, rule = _gradient_text(items, inputs, outputs), rules.UnstableGradient
         else:
             sources = tuple(dict.fromkeys(n for o in observed for n in o.config))
-            text = (f"{named} {'are' if several else 'is'} {values_text({o.value for o in observed})} at input "
-                    f"scale(s) {_scales(observed)} (e.g. {first.where(inputs)})")
-            if not any(o.gradient for o in observed):
-                text += f"; {'their gradients stay' if several else 'its gradient stays'} finite there"
-            rule = rules.NonfiniteForward
-        if first.culprit is None or op is None:
-            text += ". The op at fault could not be located" + (f": {first.note}." if first.note else ".")
-        else:
-            text += f". First non-finite value from {op.label}: {first.culprit.detail}."
-            inside = set(first.culprit.suspects)
-            linted = sorted({f"{h.rule.code} {h.rule.slug}" for h in hazards
-                             if op in h.involved or inside & h.involved})
-            if linted:
-                text += f" The hazard {', '.join(linted)} is reported there."
+            text, rule = _forward_text(observed, inputs, outputs), rules.NonfiniteForward
+        text += _cause_text(observed[0], op, hazards)
         finding = rule.finding(text, op=op, sources=sources, outputs=outputs)
         fix = _FIX_BY_OP.get(op.op_type) if op is not None else None
         findings.append(replace(finding, fix=fix) if fix else finding)
     return findings
+
+
+def _gradient_text(items, inputs: list[str], outputs: tuple[str, ...]) -> str:
+    """What non-finite gradients of finite outputs were seen, and where."""
+    observed = [o for _, _, o in items]
+    named = ", ".join(outputs)
+    several = len(outputs) > 1
+    sources = tuple(dict.fromkeys(s for s, _, _ in items))
+    return (f"The gradient{'s' if several else ''} of {named} with respect to {', '.join(sources)} "
+            f"{'are' if several else 'is'} {values_text({o.value for o in observed})} while "
+            f"{'those outputs are' if several else f'{named} is'} finite, at input scale(s) "
+            f"{_scales(observed)} (e.g. {observed[0].where(inputs)})")
+
+
+def _forward_text(observed, inputs: list[str], outputs: tuple[str, ...]) -> str:
+    """What non-finite outputs were seen, where, and whether their gradients stayed finite."""
+    named = ", ".join(outputs)
+    several = len(outputs) > 1
+    text = (f"{named} {'are' if several else 'is'} {values_text({o.value for o in observed})} at input "
+            f"scale(s) {_scales(observed)} (e.g. {observed[0].where(inputs)})")
+    if not any(o.gradient for o in observed):
+        text += f"; {'their gradients stay' if several else 'its gradient stays'} finite there"
+    return text
+
+
+def _cause_text(first, op, hazards: list[Hazard]) -> str:
+    """The op at fault as the first observation's forensics located it (or that they could not), and the static
+    hazards reported on it."""
+    if first.culprit is None or op is None:
+        return ". The op at fault could not be located" + (f": {first.note}." if first.note else ".")
+    text = f". First non-finite value from {op.label}: {first.culprit.detail}."
+    inside = set(first.culprit.suspects)
+    linted = sorted({f"{h.rule.code} {h.rule.slug}" for h in hazards
+                     if op in h.involved or inside & h.involved})
+    if linted:
+        text += f" The hazard {', '.join(linted)} is reported there."
+    return text
