@@ -68,6 +68,33 @@ def _make_act(kind):
     return act
 
 
+@jax.custom_jvp
+def _ste_round(z):
+    """Rounding whose derivative is the identity's (a straight-through estimator, as quantisation-aware
+    training writes it in JAX)."""
+    return jnp.round(z)
+
+
+@_ste_round.defjvp
+def _ste_round_jvp(primals, tangents):
+    (z,), (t,) = primals, tangents
+    return jnp.round(z), t
+
+
+@jax.custom_vjp
+def _shift_wrong(b):
+    """The identity, whose custom VJP scales the cotangent by 1.05 (a wrong gradient)."""
+    return b
+
+
+_shift_wrong.defvjp(lambda b: (b, None), lambda _, g: (1.05 * g,))
+
+
+def ste_model(params, x, shift=lambda b: b, rounding=_ste_round):
+    """A fake-quantised layer: tanh(round(4 x @ w) / 4 + b), the rounding with a straight-through estimator."""
+    return jnp.tanh(rounding(x @ params["w"] * 4.0) / 4.0 + shift(params["b"]))
+
+
 def mlp(params, x, act=jnp.tanh):
     h = act(x @ params["w1"] + params["b1"])
     return h @ params["w2"] + params["b2"]
@@ -114,6 +141,15 @@ MODELS = {
                                 lambda rng: rng.normal(size=(BATCH, 4)),
                                 "x @ lax.stop_gradient(w) + b: w is cut INSIDE the XlaCallModule; the saved "
                                 "gradient returns zeros for w"),
+    "jax_ste_param": ("act", ste_model, lambda p, x: ste_model(p, x, rounding=jnp.round),
+                      lambda rng: rng.normal(size=(BATCH, 4)),
+                      "tanh(round(4 x @ w) / 4 + b) with a straight-through custom_jvp round INSIDE the module: "
+                      "w's and x's gradients are the estimator's (the true derivative is zero), b's is exact"),
+    "jax_ste_param_wrong_b": ("act", lambda p, x: ste_model(p, x, shift=_shift_wrong),
+                              lambda p, x: ste_model(p, x, rounding=jnp.round),
+                              lambda rng: rng.normal(size=(BATCH, 4)),
+                              "jax_ste_param whose b goes through an identity with a custom_vjp 1.05 times too "
+                              "large: the estimator on w and a wrong gradient on b in one module"),
 }
 
 

@@ -115,6 +115,17 @@ class Judgement:
     attempt: Attempt
 
 
+@dataclass
+class Bisection:
+    """What splitting a failing check of several variables found: the smallest failing sets, the sets whose
+    forward is flat while their gradient is not (surrogates), and whether a set beside a surrogate stayed
+    undecided."""
+
+    found: list[tuple[list[int], Estimate]] = field(default_factory=list)
+    surrogates: list[tuple[list[int], Estimate]] = field(default_factory=list)
+    undecided: bool = False
+
+
 def _np(t) -> np.ndarray | None:
     return None if t is None else np.asarray(t)
 
@@ -591,8 +602,14 @@ class Checker:
             return
         culprits: list[tuple[list[int], Estimate]] = []
         if len(group.variables) > 1:
-            culprits, spent = self._bisect(group, u, confirming)
+            split, spent = self._bisect(group, u, confirming)
             evaluations += spent
+            if not split.found and split.surrogates:
+                self._report_split_surrogate(group, split, failed[0].est, evaluations, result)
+                return
+            culprits = split.found
+            if split.surrogates:  # beside the failing variables, the ones whose gradient is an estimator
+                self.findings.append(self._split_surrogate_finding(group, split))
         names = self._variable_names
         pinned = [n for idx, _ in culprits for n in names(idx)]
         said = _Said(beyond, self._outputs_alone(group, u, confirming),
@@ -717,28 +734,58 @@ class Checker:
         finding = replace(finding, advice=where_to_look)
         self.findings.append(replace(finding, fix=advice.fix) if advice.fix else finding)
 
-    def _bisect(self, group: Group, u, confirming: Attempt) -> tuple[list[tuple[list[int], Estimate]], int]:
+    def _bisect(self, group: Group, u, confirming: Attempt) -> tuple[Bisection, int]:
         """Split the failing variables in halves and keep the halves that still fail, down to single
-        variables. Returns the smallest failing sets found and the evaluations spent."""
+        variables: the smallest failing sets found, and the evaluations spent. Where no half fails but some are
+        flat along their direction while their gradient is not (a surrogate: a straight-through estimator inside
+        a compiled module, where the static pass sees no cut), those halves are the difference's cause."""
         spent = 0
-        found: list[tuple[list[int], Estimate]] = []
+        split = Bisection()
         todo = [(list(group.variables), confirming.est)]
         while todo:
             idx, idx_est = todo.pop()
             if len(idx) == 1:
-                found.append((idx, idx_est))
+                split.found.append((idx, idx_est))
                 continue
-            failing = []
+            parts = []
             for part in (idx[:len(idx) // 2], idx[len(idx) // 2:]):
                 est = self._sweep(u, confirming.point, {}, {i: confirming.var_dirs[i] for i in part})
                 spent += est.evaluations
-                if sweep.classify(est, self.s.floor, self.s.resolution) == "fail":
-                    failing.append((part, est))
-            if failing:
-                todo.extend(failing)
-            else:  # the discrepancy only shows with the halves together: name the set
-                found.append((idx, idx_est))
-        return sorted(found, key=lambda item: item[0]), spent
+                parts.append((part, est, sweep.classify(est, self.s.floor, self.s.resolution)))
+            failing = [(part, est) for part, est, kind in parts if kind == "fail"]
+            flat = [(part, est) for part, est, kind in parts if kind == "surrogate"]
+            todo.extend(failing)
+            split.surrogates.extend(flat)
+            if flat and not failing:
+                split.undecided |= any(kind == "unresolved" for _, _, kind in parts)
+            if not failing and not flat:  # the discrepancy only shows with the halves together: name the set
+                split.found.append((idx, idx_est))
+        split.found.sort(key=lambda item: item[0])
+        return split, spent
+
+    def _report_split_surrogate(self, group: Group, split: Bisection, est: Estimate, evaluations: int,
+                                result) -> None:
+        """The variables' difference is wholly the surrogate gradient of some of them (bisection found them flat
+        along their directions, nothing failing): a GA203 as outside a module, and a pass when the others agree
+        (inconclusive when they could not be decided)."""
+        names = [n for idx, _ in sorted(split.surrogates, key=lambda item: item[0]) for n in self._variable_names(idx)]
+        flat = split.surrogates[0][1]
+        said = (f"the difference from finite differences (rel. error {est.rel_error:.1e}) is the surrogate gradient "
+                f"of {', '.join(names)}: the forward is flat along {'its' if len(names) == 1 else 'their'} "
+                f"direction (numeric derivative {flat.numeric:.2e}) while the gradient is not ({flat.autodiff:.2e})")
+        rest = ("; the other variables could not be decided" if split.undecided else "; the other variables agree")
+        self.results.append(result("inconclusive" if split.undecided else "pass", said + rest, e=est,
+                                   evals=evaluations))
+        self.findings.append(self._split_surrogate_finding(group, split))
+
+    def _split_surrogate_finding(self, group: Group, split: Bisection) -> Finding:
+        names = [n for idx, _ in sorted(split.surrogates, key=lambda item: item[0]) for n in self._variable_names(idx)]
+        flat = split.surrogates[0][1]
+        return rules.SurrogateGradient.finding(
+            f"The gradient of {self._outputs_text(group)} with respect to {', '.join(names)} is a surrogate: the "
+            f"forward pass is piecewise constant along a random direction (derivative {flat.numeric:.2e}) while "
+            f"TensorFlow's gradient is {flat.autodiff:.2e}, as with a straight-through estimator.",
+            sources=tuple(names), outputs=group.outputs)
 
 
 def _failure_reason(once: str | None, pinned: list[str], beyond: str | None) -> str | None:
