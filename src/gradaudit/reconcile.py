@@ -3,7 +3,8 @@ gate, runtime) -> Report`. Every rule of how one explains or judges the other is
 
 1. the static findings, then the numeric checks' findings;
 2. the stability probes judge the static hazard lints (confirmed: an error that says where; reached and not
-   seen to fail: info), and add their own findings, less the wrong gradients the checks already reported;
+   seen to fail: info; out of their reach: the lint's own severity, saying so), and add their own findings,
+   less the wrong gradients the checks already reported;
 3. the precision stage's findings;
 4. requested checks that could not run or decided nothing make the audit incomplete;
 5. a gradient mismatch on a pair that a static cut crosses is what the cut does (info, or a warning when a
@@ -96,6 +97,8 @@ def judge_hazards(findings: list[Finding], verdicts: tuple[HazardVerdict, ...]) 
         if v.probed is not None:
             return replace(f, severity=Severity.INFO, probed=v.probed,
                            message=f"{f.message}. Not confirmed by the stability probes ({v.probed})")
+        if v.unreached is not None:  # no evidence either way: the static lint's own severity stands, and says why
+            return replace(f, message=f"{f.message}. Not judged by the stability probes: {v.unreached}")
         return f
 
     return [judged(f) for f in findings]

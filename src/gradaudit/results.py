@@ -95,8 +95,8 @@ class Gate:
 @dataclass(frozen=True)
 class HazardVerdict:
     """What the stability probes saw of one static hazard lint, by the finding's identity (code, op, sources,
-    outputs): where they saw it fail (`confirmed_by`), or where they reached its op and saw nothing go wrong
-    (`probed`)."""
+    outputs): where they saw it fail (`confirmed_by`), where they reached its op and saw nothing go wrong
+    (`probed`), or why they could not reach it (`unreached`)."""
 
     code: str
     op: OpRef | None
@@ -104,6 +104,8 @@ class HazardVerdict:
     outputs: tuple[str, ...]
     confirmed_by: str | None = None
     probed: str | None = None
+    # the probes ran but could not reach it (its op reads nothing they scale): why; it keeps its severity
+    unreached: str | None = None
 
     @staticmethod
     def key_of(finding: Finding) -> tuple[str, OpRef | None, tuple[str, ...], tuple[str, ...]]:

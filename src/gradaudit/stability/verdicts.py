@@ -76,6 +76,10 @@ def _hazard_verdicts(reported: list[tuple[str, str, Observation]], inputs: list[
                 f"{culprit.op.label}: {culprit.detail}"))
         elif scaled:
             verdicts[key] = HazardVerdict(*key, probed=f"{', '.join(scaled)} at {ladder}")
+        else:  # its op reads only what the ladder does not scale (variables, integer inputs): not judged
+            what = ", ".join(h.sources) if h.sources else "no differentiable source"
+            verdicts[key] = HazardVerdict(*key, unreached=(
+                f"they scale the float inputs ({', '.join(inputs)}), and its op is reached from {what} only"))
     return list(verdicts.values())
 
 
