@@ -35,3 +35,42 @@ def test_the_graph_is_parsed_once_and_loaded_once_per_signature(samples, tmp_pat
     pids = {line.split()[0] for line in opens}
     # the parent's one parse, and the TensorFlow loader of the child that runs each signature
     assert len(opens) == 1 + audited and len(pids) == 1 + audited, opens
+
+
+def _counting(monkeypatch, module, name: str) -> list[int]:
+    calls: list[int] = []
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("timeout", [None, 60.0])
+def test_the_static_analysis_and_its_hazards_are_made_once_per_audit(samples, monkeypatch, timeout):
+    """In this process, and on the child's code path (its job pickled and its result sent as JSON, as isolate.py
+    does, run here so that the calls can be counted): the flow analysis and the hazard search run once, in the
+    parent; the child receives them with the StaticResult. A sample whose probes judge its hazard lint."""
+    import gradaudit.flow
+    import gradaudit.static.hazards
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    if timeout:  # the child's side in this process: the job pickled as isolate.py sends it, its result as data
+        import json as _json
+        import pickle
+
+        from gradaudit.model import Isolation
+
+        def as_child(fn, args, *_rest):
+            sent = fn(*pickle.loads(pickle.dumps(args)))
+            return _json.loads(_json.dumps(sent)), Isolation(None, None, None, timeout)
+
+        monkeypatch.setattr("gradaudit.isolate.run_isolated", as_child)
+    analyses = _counting(monkeypatch, gradaudit.flow, "analyse")
+    hazards = _counting(monkeypatch, gradaudit.static.hazards, "find_hazards")
+    report = audit_saved_model(os.path.join(samples, "log1pexp_naive"), AuditOptions(timeout=timeout))
+    assert report.stability and any(f.confirmed_by for f in report.findings)  # the probes ran and judged
+    assert len(analyses) == 1 and len(hazards) == 1

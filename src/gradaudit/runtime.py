@@ -87,7 +87,7 @@ def run_saved_model(static: StaticResult, path: str, options: AuditOptions) -> R
 
     _full_tracebacks()
     key = static.target.signature or options.signature
-    loads = ModelLoads(path, options.tags, key, static.model.proto)
+    loads = ModelLoads(path, options.tags, key, static.model)
     try:
         with graphs_as_written():
             return _stages([

@@ -316,8 +316,9 @@ class ModelLoads:
     but cannot run (a compiled XlaCallModule fixed to float32), raises the same error again without
     retrying. `close()` removes the float64 copy's folder."""
 
-    def __init__(self, path: str, tags: tuple[str, ...], signature: str, proto: Any = None):
-        self.path, self.tags, self.signature, self._proto = path, tags, signature, proto
+    def __init__(self, path: str, tags: tuple[str, ...], signature: str, model: Any = None):
+        """`model`: the static pass's parse (targets.SavedModelFile); without it the model is parsed here."""
+        self.path, self.tags, self.signature, self._model = path, tags, signature, model
         self._info: SavedModelInfo | None = None
         self._loaded: dict[bool | str, Loaded] = {}
         self._failed: dict[bool | str, BaseException] = {}
@@ -325,9 +326,10 @@ class ModelLoads:
     @property
     def info(self) -> SavedModelInfo:
         if self._info is None:
-            from .savedmodel import read_saved_model
+            from .savedmodel import read_saved_model, saved_model_info
 
-            self._info = read_saved_model(self.path, self.tags, self.signature, proto=self._proto)
+            self._info = (saved_model_info(self._model, self.signature) if self._model is not None
+                          else read_saved_model(self.path, self.tags, self.signature))
         return self._info
 
     def get(self, float64: bool) -> Loaded:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import OpRef
+
+if TYPE_CHECKING:
+    from ..targets.saved_model import SavedModelFile
 
 
 @dataclass(frozen=True)
@@ -33,64 +36,13 @@ class SavedModelInfo:
         return {b.position: b.name for b in self.bound if b is not None}
 
 
-def _signature_function(meta_graph, signature: str) -> tuple[str | None, list[int]]:
-    og = meta_graph.object_graph_def
-    if not og.nodes:
-        return None, []
-    signatures = [c.node_id for c in og.nodes[0].children if c.local_name == "signatures"]
-    if not signatures:
-        return None, []
-    entry = [c.node_id for c in og.nodes[signatures[0]].children if c.local_name == signature]
-    if not entry:
-        return None, []
-    node = og.nodes[entry[0]]
-    if node.WhichOneof("kind") != "bare_concrete_function":
-        return None, []
-    name = node.bare_concrete_function.concrete_function_name
-    return name, list(og.concrete_functions[name].bound_inputs)
-
-
-def _scan(meta_graph, root: str | None) -> tuple[frozenset[str], list[OpRef]]:
-    """Op types the signature function can run (following calls, loop bodies, branches and saved
-    custom-gradient functions), and the ops whose gradient is a saved custom gradient."""
-    library = meta_graph.graph_def.library
-    functions = {f.signature.name: f for f in library.function}
-    gradients = {g.registered_op_type: g.gradient_func for g in library.registered_gradients}
-    todo = [root] if root is not None else list(functions)
-    seen: set[str] = set()
-    ops: set[str] = set() if root is not None else {n.op for n in meta_graph.graph_def.node}
-    custom: list[OpRef] = []
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in functions:
-            continue
-        seen.add(name)
-        for node in functions[name].node_def:
-            ops.add(node.op)
-            todo.append(node.op)
-            for key, attr in node.attr.items():
-                if attr.HasField("func"):
-                    todo.append(attr.func.name)
-                elif attr.list.func:
-                    todo.extend(f.name for f in attr.list.func)
-                elif key == "_gradient_op_type" and node.op not in ("PartitionedCall", "StatefulPartitionedCall"):
-                    custom.append(OpRef(node.op, node.name, name))
-                    todo.append(gradients.get(attr.s.decode(), ""))
-    return frozenset(op for op in ops if op not in functions), custom
-
-
-def read_saved_model(path: str, tags: tuple[str, ...], signature: str, proto: Any = None) -> SavedModelInfo:
-    """`proto`: the SavedModel the static pass already parsed (it is parsed here otherwise)."""
-    from ..targets.saved_model import SavedModelFile
-
-    # The same reading and meta-graph choice as the static pass (pb or pbtxt, tags as a set).
-    proto = proto if proto is not None else SavedModelFile.parse(path)
-    meta_graph = SavedModelFile.choose_meta_graph(proto, tags) if tags else proto.meta_graphs[0]
-    function, bound_ids = _signature_function(meta_graph, signature)
+def saved_model_info(model: SavedModelFile, signature: str) -> SavedModelInfo:
+    """What the checks need of one signature, from the static pass's parse of the model (never read again)."""
     from ..targets.saved_model import variable_display_names
 
-    nodes = meta_graph.object_graph_def.nodes
-    names = variable_display_names(meta_graph.object_graph_def, bound_ids)
+    function, bound_ids = model.concrete_signature(signature)
+    nodes = model.object_graph.nodes
+    names = variable_display_names(model.object_graph, bound_ids)
     bound: list[BoundVariable | None] = []
     for position, node_id in enumerate(bound_ids):
         node = nodes[node_id]
@@ -98,9 +50,17 @@ def read_saved_model(path: str, tags: tuple[str, ...], signature: str, proto: An
             bound.append(BoundVariable(position, node_id, names[node_id], node.variable.trainable))
         else:
             bound.append(None)
-    op_types, custom = _scan(meta_graph, function)
-    return SavedModelInfo(path=path, proto=proto, meta_graph=meta_graph, signature=signature,
+    op_types, custom = model.runnable_ops(function)
+    return SavedModelInfo(path=model.path, proto=model.proto, meta_graph=model.meta_graph, signature=signature,
                           function=function, bound=bound, op_types=op_types, custom_gradients=custom)
+
+
+def read_saved_model(path: str, tags: tuple[str, ...], signature: str) -> SavedModelInfo:
+    """saved_model_info of a model parsed here, for running the checks without the static pass (benchmarks,
+    tests): the same parse and meta-graph choice as the static pass's."""
+    from ..targets.saved_model import SavedModelFile
+
+    return saved_model_info(SavedModelFile(path, tags or ("serve",)), signature)
 
 
 def checkpoint_values(info: SavedModelInfo) -> dict[int, Any]:

@@ -134,7 +134,7 @@ def _batch_point(loaded, plan, base: dict, options: StabilityOptions, outcome: S
 
 def _ladder(prober, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
     """The ladder of input scales, its findings and hazard verdicts, into `outcome`."""
-    from ..static.hazards import find_hazards
+    from ..static.hazards import hazards_of
     from .probes import run_ladder
     from .verdicts import ladder_findings
 
@@ -145,7 +145,7 @@ def _ladder(prober, analysis, options: StabilityOptions, outcome: StabilityOutco
     outcome.findings.extend(ladder.mismatches)
     outcome.notes.extend(ladder.notes)
     findings, outcome.verdicts = ladder_findings(
-        ladder.reported, plan.input_sources, find_hazards(analysis), ladder.scales)
+        ladder.reported, plan.input_sources, hazards_of(analysis), ladder.scales)
     outcome.findings.extend(findings)
     outcome.findings.extend(_raising_points(ladder.raised, plan, analysis))
     if ladder.raised:

@@ -49,7 +49,16 @@ def unconfirmed(finding: Finding, probed: str) -> Finding:
 
 def check(analysis) -> list[Finding]:
     """Static GA3xx findings from a finished StaticAnalysis."""
-    return [h.finding() for h in find_hazards(analysis)]
+    return [h.finding() for h in hazards_of(analysis)]
+
+
+def hazards_of(analysis) -> list[Hazard]:
+    """find_hazards once per analysis: the static rules and the stability probes (in the child too, which
+    receives the analysis with them) read the same list."""
+    found = analysis.__dict__.get("_hazards")
+    if found is None:
+        found = analysis.__dict__["_hazards"] = find_hazards(analysis)
+    return list(found)
 
 
 def find_hazards(analysis) -> list[Hazard]:

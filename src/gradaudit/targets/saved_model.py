@@ -12,6 +12,7 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from ..errors import GradauditError
 from ..graph.library import Library
 from ..graph.validate import RejectedGraph, check_graph, check_object_graph
+from ..model import OpRef
 from ..safety.budget import MAX_PARSED_MESSAGES, MAX_TEXT_GRAPH_BYTES, check_count_attrs, read_capped
 from ..safety.protoscan import message_count_bound
 
@@ -201,6 +202,54 @@ class SavedModelFile:
                 return mg
         have = "; ".join(",".join(mg.meta_info_def.tags) or "(none)" for mg in sm.meta_graphs)
         raise GradauditError(f"no meta graph with tags {','.join(tags)!r}; this model has: {have} (use --tag)")
+
+    # -- what running a signature involves (the runtime reads it from this parse) ----------------
+    def concrete_signature(self, key: str) -> tuple[str | None, list[int]]:
+        """The concrete function behind signature `key` and the object-graph node ids of its bound (captured)
+        inputs; (None, []) for a TF1 model, whose signatures are graph nodes."""
+        og = self.object_graph
+        if not og.nodes:
+            return None, []
+        signatures = [c.node_id for c in og.nodes[0].children if c.local_name == "signatures"]
+        if not signatures:
+            return None, []
+        entry = [c.node_id for c in og.nodes[signatures[0]].children if c.local_name == key]
+        if not entry:
+            return None, []
+        node = og.nodes[entry[0]]
+        if node.WhichOneof("kind") != "bare_concrete_function":
+            return None, []
+        name = node.bare_concrete_function.concrete_function_name
+        return name, list(og.concrete_functions[name].bound_inputs)
+
+    def runnable_ops(self, root: str | None) -> tuple[frozenset[str], list[OpRef]]:
+        """Op types function `root` can run (following calls, loop bodies, branches and saved custom-gradient
+        functions; every function's and the graph's when `root` is None), and the ops whose gradient is a saved
+        custom gradient."""
+        library = self.graph_def.library
+        functions = {f.signature.name: f for f in library.function}
+        gradients = {g.registered_op_type: g.gradient_func for g in library.registered_gradients}
+        todo = [root] if root is not None else list(functions)
+        seen: set[str] = set()
+        ops: set[str] = set() if root is not None else {n.op for n in self.graph_def.node}
+        custom: list[OpRef] = []
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in functions:
+                continue
+            seen.add(name)
+            for node in functions[name].node_def:
+                ops.add(node.op)
+                todo.append(node.op)
+                for key, attr in node.attr.items():
+                    if attr.HasField("func"):
+                        todo.append(attr.func.name)
+                    elif attr.list.func:
+                        todo.extend(f.name for f in attr.list.func)
+                    elif key == "_gradient_op_type" and node.op not in ("PartitionedCall", "StatefulPartitionedCall"):
+                        custom.append(OpRef(node.op, node.name, name))
+                        todo.append(gradients.get(attr.s.decode(), ""))
+        return frozenset(op for op in ops if op not in functions), custom
 
     # -- signatures ------------------------------------------------------------------------
     def signature_keys(self) -> list[str]:
