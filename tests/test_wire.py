@@ -56,3 +56,16 @@ def test_nesting_and_sizes_are_bounded():
         decode(Target, {"path": "x" * (2 << 20), "kind": "saved_model", "signature": None})
     assert decode(Target, {"path": "p", "kind": "saved_model", "signature": None}) == Target("p", "saved_model",
                                                                                              None)
+
+
+def test_a_status_that_does_not_exist_is_refused():
+    """Statuses are Literals: a row with a status gradaudit never writes ("passed", or a forged "ok" on a check)
+    is not a result."""
+    from gradaudit.model import NumericResult
+
+    row = encode(NumericResult("x", "y", "pass", 0.0, 1e-3, "float64", 3))
+    assert decode(NumericResult, row, "row").status == "pass"
+    for status in ("passed", "ok", 1):
+        with pytest.raises(WireError) as err:
+            decode(NumericResult, dict(row, status=status), "row")
+        assert "row.status" in str(err.value)

@@ -12,7 +12,7 @@ from .graph.dtypes import DT_BOOL, DT_RESOURCE, carries_gradient, dtype_name, is
 from .graph.gradients import GradientOracle, GradKind
 from .graph.reach import GRADIENT_EDGES, ReachMasks, Seeds
 from .graph.summaries import Body, Program
-from .model import Cut, FlowEntry, OpRef, Output, Source
+from .model import Cut, FlowEntry, FlowStatus, OpRef, Output, Source
 from .targets import AuditTarget
 from .targets.saved_model import SignatureGraph, VariableInfo
 
@@ -320,8 +320,8 @@ def _seeds(source_tensor: dict[int, int], output_tensor: dict[int, int]) -> Seed
 
 
 def _pair_status(masks: ReachMasks, source_tensor: dict[int, int],
-                 output_tensor: dict[int, int]) -> dict[tuple[int, int], str]:
-    status: dict[tuple[int, int], str] = {}
+                 output_tensor: dict[int, int]) -> dict[tuple[int, int], FlowStatus]:
+    status: dict[tuple[int, int], FlowStatus] = {}
     for i in source_tensor:
         for j, t in output_tensor.items():
             status[i, j] = ("connected" if masks.reach_grad[t] >> i & 1 else
@@ -351,7 +351,7 @@ def _cut_sources(g: Dataflow, masks: ReachMasks, node: OpNode, op_id: int) -> in
     return src
 
 
-def _cut_candidates(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str],
+def _cut_candidates(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], FlowStatus],
                     source_tensor: dict[int, int], output_tensor: dict[int, int]) -> dict[tuple[int, int], list]:
     """Candidate cuts per pair, in three tiers: (0) the op's float result still reaches the output along
     gradient-carrying edges; (1) its integer/bool result is turned back into a float value of the
@@ -386,7 +386,7 @@ def _cut_candidates(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int]
     return tiers
 
 
-def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], str], source_tensor: dict[int, int],
+def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], FlowStatus], source_tensor: dict[int, int],
           output_tensor: dict[int, int], flat: Callable[[OpNode, Dataflow], tuple]) -> dict[OpRef, OpCut]:
     """Each pair's cuts: its first non-empty tier of candidates, without those another candidate shadows."""
     tiers = _cut_candidates(g, masks, status, source_tensor, output_tensor)
@@ -443,7 +443,7 @@ def _node_attrs(model: AuditTarget, sig: SignatureGraph, oracle: GradientOracle)
     return flat
 
 
-def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tuple[int, int], str],
+def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tuple[int, int], FlowStatus],
                   cuts: dict[OpRef, OpCut], uncertain: dict[OpRef, Uncertain]) -> list[FlowEntry]:
     """One FlowEntry per (differentiable source, float output) pair, its cuts ordered by function and op."""
     by_place = sorted(cuts.items(), key=lambda kv: (kv[0].function, kv[0].op_name))

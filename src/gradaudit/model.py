@@ -5,7 +5,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+# The statuses a report's rows take: Literals, so that mypy (strict_equality) refuses a comparison with a status
+# that does not exist, and wire.decode refuses one the child did not have.
+FlowStatus = Literal["connected", "blocked", "disconnected", "unknown"]
+CheckStatus = Literal["pass", "fail", "inconclusive", "skipped", "error"]
+ProbeStatus = Literal["ok", "nonfinite_gradient", "nonfinite_forward"]
 
 
 class Severity(str, enum.Enum):
@@ -123,9 +129,9 @@ class Cut:
 class FlowEntry:
     source: str
     output: str
-    # "connected" | "blocked" | "disconnected" | "unknown" (an op whose gradient cannot be known here lies on
-    # a float path of the pair: an op this TensorFlow does not know, or a gradient replica that failed)
-    status: str
+    # "unknown": an op whose gradient cannot be known here lies on a float path of the pair (an op this
+    # TensorFlow does not know, or a gradient replica that failed)
+    status: FlowStatus
     blocked_by: tuple[Cut, ...] = ()
     unknown_by: tuple[OpRef, ...] = ()  # for "unknown": the ops that make it so
     # for "connected": cuts on some of the pair's paths while others carry the gradient (its gradient leaves
@@ -152,7 +158,7 @@ class FlowEntry:
 class NumericResult:
     source: str
     output: str
-    status: str  # "pass" | "fail" | "inconclusive" | "skipped" | "error"
+    status: CheckStatus
     rel_error: float | None
     step: float | None
     dtype: str | None
@@ -202,7 +208,7 @@ class StabilityResult:
     source: str
     output: str
     scale: float
-    status: str  # "ok" | "nonfinite_gradient" | "nonfinite_forward"
+    status: ProbeStatus
     op_type: str | None = None
     op_name: str | None = None
     detail: str | None = None

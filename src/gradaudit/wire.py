@@ -10,7 +10,7 @@ import numbers
 import types
 import typing
 from functools import cache
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 MAX_DEPTH = 32  # a report nests four levels deep; anything deeper is not one of ours
 MAX_STRING = 1 << 20  # one field's characters: a message or a name
@@ -43,8 +43,8 @@ def _hints(cls: Any) -> dict[str, Any]:
 
 
 def decode(hint: Any, data: Any, where: str = "result", depth: int = 0) -> Any:
-    """`data` (parsed JSON) as a value of type `hint`: a dataclass, an enum, `X | None`, `tuple[X, ...]`,
-    `list[X]`, str, int, float or bool. Raises WireError naming the first field that does not fit."""
+    """`data` (parsed JSON) as a value of type `hint`: a dataclass, an enum, a Literal of strings, `X | None`,
+    `tuple[X, ...]`, `list[X]`, str, int, float or bool. Raises WireError naming the first field that does not fit."""
     if depth > MAX_DEPTH:
         raise WireError(f"{where}: nested too deep")
     origin = typing.get_origin(hint)
@@ -68,6 +68,11 @@ def decode(hint: Any, data: Any, where: str = "result", depth: int = 0) -> Any:
         item = args[0] if args else Any
         values = [decode(item, v, f"{where}[{i}]", depth + 1) for i, v in enumerate(data)]
         return tuple(values) if origin is tuple else values
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if isinstance(data, str) and data in allowed:
+            return data
+        raise WireError(f"{where}: {data!r:.40} is not one of {', '.join(map(str, allowed))}")
     if hint is Any:
         raise WireError(f"{where}: no type to check it against")
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):

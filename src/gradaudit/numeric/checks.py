@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..model import Finding, NumericResult, OpRef
+from ..model import CheckStatus, Finding, NumericResult, OpRef
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, sweep
 from .domains import Domains
@@ -413,7 +413,7 @@ class Checker:
         est = attempts[-1].est
         label = output_label(group.outputs, self.runner.float_outputs)
 
-        def result(status: str, reason: str | None, source: str = group.source, e: Estimate = est,
+        def result(status: CheckStatus, reason: str | None, source: str = group.source, e: Estimate = est,
                    evals: int = evaluations) -> NumericResult:
             return NumericResult(source=source, output=label, status=status, rel_error=_finite(e.rel_error),
                                  step=e.step, dtype=self.s.dtype, evaluations=evals, reason=reason,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from ..model import BlockedPath, Finding, FlowEntry, NumericResult, Report
+from ..model import BlockedPath, Finding, FlowEntry, FlowStatus, NumericResult, Report
 from .common import display_path, model_label, visible, where
 from .numeric_rows import NumericRow, numeric_rows
 from .precision_rows import PrecisionTable, cell_text, lost, point_label, power_of_two, precision_tables
@@ -137,7 +137,7 @@ class ModelView:
     label: str
     verdict: str
     summary: dict[str, int]
-    statuses: list[tuple[str, int]]
+    statuses: list[tuple[FlowStatus, int]]
     outputs: list[str]
     groups: list[Group]
     fold: bool  # fold the healthy layers: the eye goes to the others

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..model import Finding, NumericResult, StabilityResult
+from ..model import Finding, NumericResult, ProbeStatus, StabilityResult
 from ..numeric import ALL_VARIABLES
 from .forensics import Culprit, Forensics
 
@@ -38,8 +38,8 @@ GIVEN = -1.0
 
 # What one (source, output) pair did at one probe point, least to most severe.
 OK, DOMAIN, OVERFLOW, FORWARD, GRADIENT = range(5)
-STATUS = {OK: "ok", DOMAIN: "nonfinite_forward", OVERFLOW: "nonfinite_gradient", FORWARD: "nonfinite_forward",
-          GRADIENT: "nonfinite_gradient"}
+STATUS: dict[int, ProbeStatus] = {OK: "ok", DOMAIN: "nonfinite_forward", OVERFLOW: "nonfinite_gradient",
+                                  FORWARD: "nonfinite_forward", GRADIENT: "nonfinite_gradient"}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import Finding, NumericResult, OpRef
+from ..model import CheckStatus, Finding, NumericResult, OpRef
 from ..rules import hazards as rules
 from .probes import dense
 
@@ -219,6 +219,7 @@ def _result(label: str, shown: str, est, verdict: str, dtype: str, why: str) -> 
     """The check's row: the sweep's verdict in the words of second order."""
     size = max(est.scale, abs(est.numeric))
     rel = abs(est.delta) / size if size > 0 else 0.0
+    status: CheckStatus
     if verdict == "fail":
         status, reason = "fail", f"{LABEL}: H·v {est.autodiff:.4e}, central differences {est.numeric:.4e}"
     elif verdict == "pass":
