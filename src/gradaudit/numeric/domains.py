@@ -189,73 +189,111 @@ def _readers(g, t: int):
         yield g.ops[b], i
 
 
+@dataclass
+class _IntegerUses:
+    """What the readers of an integer input's values tell of its domain, gathered by `_integer_domain`."""
+
+    high: int | None = None  # the rows of the smallest table indexed
+    table: OpRef | None = None  # the gather reading that table
+    unknown_table: bool = False
+    padded: bool = False
+    classes: tuple[int, OpRef] | None = None
+    length: OpRef | None = None
+    segments: InputDomain | None = None
+    position: InputDomain | None = None
+
+    def domain(self) -> InputDomain:
+        """The domain they tell, in order of precedence."""
+        if self.segments is not None:
+            return self.segments
+        if self.length is not None and self.high is None:
+            return InputDomain("length", op=self.length)
+        if self.position is not None and self.high is None:
+            return self.position
+        if self.classes is not None and self.high is None:
+            return InputDomain("classes", high=self.classes[0], op=self.classes[1])
+        if self.unknown_table and self.high is None:
+            return InputDomain("index")
+        if self.high is not None and self.high > 1:
+            return InputDomain("ids", high=self.high, padded=self.padded, op=self.table)
+        return InputDomain("count", padded=self.padded)
+
+
 def _integer_domain(g, t: int, variable_shapes: dict) -> InputDomain:
     """Follow the integer values computed from the input (casts, reshapes, Keras' negative-index fix-up)
     to the tables they index and the masks that read them."""
     seen: set[int] = set()
     stack = [t]
-    high: int | None = None
-    table: OpRef | None = None
-    unknown_table = padded = False
-    classes: tuple[int, OpRef] | None = None
-    length: OpRef | None = None
-    segments: InputDomain | None = None
-    position: InputDomain | None = None
+    uses = _IntegerUses()
     while stack and len(seen) < 512:
         x = stack.pop()
         if x in seen:
             continue
         seen.add(x)
         for node, i in _readers(g, x):
-            op = node.ref.op_type
-            if op in METADATA_OPS:  # its shape, not its values
-                continue
-            if op in LOOKUPS:
-                unknown_table = True
-                continue
-            if op in SEGMENTS and SEGMENTS[op][0] == i:
-                count = SEGMENTS[op][1]
-                n = g.const_value.get(node.inputs[count][0]) if count is not None else None
-                nseg = int(n) if isinstance(n, (int, float)) and n >= 1 else None
-                if count is None or nseg is not None:
-                    segments = segments or InputDomain("segments", high=nseg, op=node.ref)
-                continue
-            if op == "OneHot" and i == 0:  # a position along an axis of `depth` (CTC's label lengths)
-                n = g.const_value.get(node.inputs[1][0]) if len(node.inputs) > 1 else None
-                if isinstance(n, (int, float)) and n >= 1:
-                    position = position or InputDomain("position", high=int(n), op=node.ref)
-                continue
-            if op in COMPARES and any(_from_range(g, y) for y, _ in node.inputs if y != x):
-                length = length or node.ref
-                continue
-            if CLASS_LABELS.get(op) == i:
-                n = _last_dim(g, node.inputs[0][0])
-                if n and (classes is None or n < classes[0]):
-                    classes = (n, node.ref)
-                continue
-            if GATHERS.get(op) == i:
-                rows = _table_rows(g, node.inputs[0][0], variable_shapes)
-                if rows is None:
-                    unknown_table = True
-                elif high is None or rows < high:
-                    high, table = rows, node.ref
-            elif op in MASKS and any(g.const_value.get(y) == 0.0 for y, _ in node.inputs if y != x):
-                padded = True
-            elif op not in MASKS and any(g.dtype[o] in _INTEGER for o in node.outputs):
-                stack.extend(o for o in node.outputs if g.dtype[o] in _INTEGER)
-    if segments is not None:
-        return segments
-    if length is not None and high is None:
-        return InputDomain("length", op=length)
-    if position is not None and high is None:
-        return position
-    if classes is not None and high is None:
-        return InputDomain("classes", high=classes[0], op=classes[1])
-    if unknown_table and high is None:
-        return InputDomain("index")
-    if high is not None and high > 1:
-        return InputDomain("ids", high=high, padded=padded, op=table)
-    return InputDomain("count", padded=padded)
+            stack.extend(_read_by(g, node, i, x, variable_shapes, uses))
+    return uses.domain()
+
+
+def _read_by(g, node, i: int, x: int, variable_shapes: dict, uses: _IntegerUses) -> list[int]:
+    """Note in `uses` what `node`, reading integer tensor `x` at its input `i`, tells of the values; the
+    integer tensors it computes from them, to follow next."""
+    op = node.ref.op_type
+    if op in METADATA_OPS:  # its shape, not its values
+        return []
+    if op in LOOKUPS:
+        uses.unknown_table = True
+    elif op in SEGMENTS and SEGMENTS[op][0] == i:
+        _segments(g, node, uses)
+    elif op == "OneHot" and i == 0:  # a position along an axis of `depth` (CTC's label lengths)
+        _position(g, node, uses)
+    elif op in COMPARES and any(_from_range(g, y) for y, _ in node.inputs if y != x):
+        uses.length = uses.length or node.ref
+    elif CLASS_LABELS.get(op) == i:
+        _classes(g, node, uses)
+    elif GATHERS.get(op) == i:
+        _gathered(g, node, variable_shapes, uses)
+    elif op in MASKS and _compared_with_zero(g, node, x):
+        uses.padded = True
+    elif op not in MASKS:
+        return [o for o in node.outputs if g.dtype[o] in _INTEGER]
+    return []
+
+
+def _segments(g, node, uses: _IntegerUses) -> None:
+    """A segment op reading the values as its segment ids: their range is its number of segments (a constant),
+    or sorted from 0 when it takes none."""
+    count = SEGMENTS[node.ref.op_type][1]
+    n = g.const_value.get(node.inputs[count][0]) if count is not None else None
+    nseg = int(n) if isinstance(n, (int, float)) and n >= 1 else None
+    if count is None or nseg is not None:
+        uses.segments = uses.segments or InputDomain("segments", high=nseg, op=node.ref)
+
+
+def _compared_with_zero(g, node, x: int) -> bool:
+    return any(g.const_value.get(y) == 0.0 for y, _ in node.inputs if y != x)
+
+
+def _position(g, node, uses: _IntegerUses) -> None:
+    n = g.const_value.get(node.inputs[1][0]) if len(node.inputs) > 1 else None
+    if isinstance(n, (int, float)) and n >= 1:
+        uses.position = uses.position or InputDomain("position", high=int(n), op=node.ref)
+
+
+def _classes(g, node, uses: _IntegerUses) -> None:
+    """Class labels of the logits at input 0: in [0, their last dimension), the smallest over such ops."""
+    n = _last_dim(g, node.inputs[0][0])
+    if n and (uses.classes is None or n < uses.classes[0]):
+        uses.classes = (n, node.ref)
+
+
+def _gathered(g, node, variable_shapes: dict, uses: _IntegerUses) -> None:
+    """Indices into the table at input 0: below its rows, the smallest table's; unknown rows: an index."""
+    rows = _table_rows(g, node.inputs[0][0], variable_shapes)
+    if rows is None:
+        uses.unknown_table = True
+    elif uses.high is None or rows < uses.high:
+        uses.high, uses.table = rows, node.ref
 
 
 def _from_range(g, t: int) -> bool:

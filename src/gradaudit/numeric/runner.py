@@ -166,7 +166,9 @@ class Runner:
 
         return out, {n: dense(g) for n, g in zip(self.input_sources, g_in)}, [dense(g) for g in g_var]
 
-    def _evaluate_impl(self, t, inputs, in_dirs, var_base, var_dirs, g_in, g_var):
+    def _evaluate_impl(self, t, inputs, in_dirs, g_in, var_line):
+        """<g, p(t) - base> and the outputs at p(t) for a line that moves the variables too: `var_line` is
+        (their base values, their directions, their gradients at the base)."""
         import tensorflow as tf
 
         def change(g, p, base):  # <g, p - base>, exact: p - base is computed in float64
@@ -177,6 +179,7 @@ class Runner:
         for n in self.input_sources:
             moved[n] = inputs[n] + tf.cast(t, inputs[n].dtype) * in_dirs[n]
             lin += change(g_in[n], moved[n], inputs[n])
+        var_base, var_dirs, g_var = var_line
         for v, b, d, g in zip(self.vars, var_base, var_dirs, g_var):
             p = b + tf.cast(t, b.dtype) * d
             v.assign(p)
@@ -240,8 +243,8 @@ class Runner:
             if var_d is None:  # the line moves the inputs only
                 lin, out = self._evaluate_inputs(tf.constant(t, tf.float64), self.inputs, in_d, in_g)
             else:
-                lin, out = self._evaluate(tf.constant(t, tf.float64), self.inputs, in_d, self.var_base, var_d,
-                                          in_g, var_g)
+                lin, out = self._evaluate(tf.constant(t, tf.float64), self.inputs, in_d, in_g,
+                                          (self.var_base, var_d, var_g))
         except (tf.errors.OpError, ValueError, TypeError) as exc:
             raise ModelError(describe(exc), "forward") from exc
         return float(lin), {k: np.asarray(v) for k, v in out.items()}

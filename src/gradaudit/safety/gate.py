@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..model import OpRef
@@ -211,10 +211,18 @@ class _Provenance:
             return self._argument(kind, where, name, depth)
         if node is None:
             return False
-        if where == TOP and name == (self.saver_node if kind == "saver" else None):
+        if where == TOP and self._named(kind, name):
             return True
-        if where == TOP and kind == "asset" and name in self.asset_nodes:
+        return self._through(kind, where, ref, node, depth)
+
+    def _named(self, kind: str, name: str) -> bool:
+        """Whether the top-level node `name` is the saver's file name or an asset's path placeholder."""
+        if name == (self.saver_node if kind == "saver" else None):
             return True
+        return kind == "asset" and name in self.asset_nodes
+
+    def _through(self, kind: str, where: str, ref: str, node, depth: int) -> bool:
+        """Whether `node`, producing `ref`, hands on one: an identity of it, or the variable holding an asset."""
         data = [i for i in node.input if not i.startswith("^")]
         if node.op in _PASS_THROUGH and data:
             source = data[_out_index(ref)] if node.op == "IdentityN" and _out_index(ref) < len(data) else data[0]
@@ -277,44 +285,61 @@ def _attr_text(node, name: str) -> str:
 
 def _judge(node, library, cls: str | None, saver: bool, where: str, prov: _Provenance) -> tuple[str, str] | None:
     """(class, why) of an op that is not proven harmless here, or None when it is."""
-    op = node.op
-    if op in library.functions:
+    if node.op in library.functions:
         return None  # a call of a library function, whose body is walked
     if cls is None:
-        package = PACKAGE_OPS.get(op)
-        if library.op_def(op) is None:
-            if package is not None:  # cannot run here at all: GA109 names the package, nothing is executed
-                return "missing", f"needs {package.dist}: {package.load}"
-            return "unknown", "is not an op this TensorFlow knows"
-        entry = reviewed(op, library.op_def(op))
-        if entry is not None:
-            return _package_op(node, entry, where, prov)
-        if package is not None:
-            return "unproven", (f"is registered with another definition than the reviewed {package.dist} "
-                                f"{package.version}'s")
-        return "unproven", (f"is not on the reviewed list of pure computation (a custom op, or one newer than "
-                            f"TensorFlow {TF_VERSION})")
-    data = [i for i in node.input if not i.startswith("^")]
-    if op == "PrintV2":
-        stream = _attr_text(node, "output_stream")
-        return ("io", f"prints to a file ({stream})") if stream.startswith("file://") else None
-    if op == "XlaCallModule" and "has_token_input_output" in node.attr and node.attr["has_token_input_output"].b:
-        return "unproven", "orders host side effects (token input and output)"
-    if op == "FixedUnigramCandidateSampler" and not _attr_text(node, "vocab_file"):
-        return None
-    if op in ("DecodeProtoV2", "EncodeProto") and _attr_text(node, "descriptor_source") in ("", "local://"):
-        return None
-    if op in ("InitializeTableFromTextFile", "InitializeTableFromTextFileV2"):
-        if len(data) > 1 and prov.is_("asset", where, data[1]):
-            return None
-        return "io", "reads a file that is not one of the model's assets"
-    if op in ("RestoreV2", "Restore", "RestoreSlice") and saver and data and prov.is_("saver", where, data[0]):
-        return None  # the saver restoring the model's own variables/
+        return _unlisted(node, library, where, prov)
+    decided, verdict = _by_node(node, saver, where, prov)
+    if decided:
+        return verdict
     if cls == "pure":
         return None
     if cls == "unproven":
         return cls, "is not on the reviewed list of pure computation"
     return cls, _WHY[cls]
+
+
+def _unlisted(node, library, where: str, prov: _Provenance) -> tuple[str, str] | None:
+    """(class, why) of an op that is not on TensorFlow's reviewed list: unknown here, a package's (missing,
+    reviewed or registered under another definition), or a custom op."""
+    op = node.op
+    package = PACKAGE_OPS.get(op)
+    if library.op_def(op) is None:
+        if package is not None:  # cannot run here at all: GA109 names the package, nothing is executed
+            return "missing", f"needs {package.dist}: {package.load}"
+        return "unknown", "is not an op this TensorFlow knows"
+    entry = reviewed(op, library.op_def(op))
+    if entry is not None:
+        return _package_op(node, entry, where, prov)
+    if package is not None:
+        return "unproven", (f"is registered with another definition than the reviewed {package.dist} "
+                            f"{package.version}'s")
+    return "unproven", (f"is not on the reviewed list of pure computation (a custom op, or one newer than "
+                        f"TensorFlow {TF_VERSION})")
+
+
+def _by_node(node, saver: bool, where: str, prov: _Provenance) -> tuple[bool, tuple[str, str] | None]:
+    """(True, the verdict) for a listed op whose harm is decided by this node's attributes and inputs (a print
+    to a file, a table read from one of the model's assets, the saver restoring its own variables), else
+    (False, None): its class decides."""
+    op = node.op
+    data = [i for i in node.input if not i.startswith("^")]
+    if op == "PrintV2":
+        stream = _attr_text(node, "output_stream")
+        return True, (("io", f"prints to a file ({stream})") if stream.startswith("file://") else None)
+    if op == "XlaCallModule" and "has_token_input_output" in node.attr and node.attr["has_token_input_output"].b:
+        return True, ("unproven", "orders host side effects (token input and output)")
+    if op == "FixedUnigramCandidateSampler" and not _attr_text(node, "vocab_file"):
+        return True, None
+    if op in ("DecodeProtoV2", "EncodeProto") and _attr_text(node, "descriptor_source") in ("", "local://"):
+        return True, None
+    if op in ("InitializeTableFromTextFile", "InitializeTableFromTextFileV2"):
+        if len(data) > 1 and prov.is_("asset", where, data[1]):
+            return True, None
+        return True, ("io", "reads a file that is not one of the model's assets")
+    if op in ("RestoreV2", "Restore", "RestoreSlice") and saver and data and prov.is_("saver", where, data[0]):
+        return True, None  # the saver restoring the model's own variables/
+    return False, None
 
 
 # StaticRegexReplace patterns that are literal text in RE2 and in Python's re alike.
@@ -372,23 +397,21 @@ def check(model, sig) -> list[Verdict]:
     prov = _Provenance(model)
     all_roots = roots(model, sig)
     # First the whole call graph (for argument provenance), then the judgement.
-    visits: list[tuple[_Root, str, tuple]] = []
-    seen: set[tuple[str, bool]] = set()
-    via: dict[str, str] = {}  # function -> how a gradient brought it in, for the message
+    calls = _CallGraph()
     interfaces: dict[str, list[str]] = {}  # api_implements -> the library functions that declare it
     for fname, fdef in library.functions.items():
         if _interface(fdef):
             interfaces.setdefault(_interface(fdef), []).append(fname)
-    walked: list[str] = []  # every function walked, in order
-    scanned = 0  # how many of them have had their siblings looked up
+    scanned = 0  # how many of the functions walked have had their siblings looked up
     pending = list(all_roots)
     while pending:
         root = pending.pop(0)
-        _walk(root, library, prov, visits, seen, via, walked)
+        _walk(root, library, prov, calls)
         if not pending:  # the implementation selector's swaps: their callees may swap again
-            pending, scanned = _swapped_in(walked[scanned:], interfaces, library, seen), len(walked)
+            pending, scanned = _swapped_in(calls.walked[scanned:], interfaces, library, calls.seen), len(calls.walked)
+    via = calls.via
     found: dict[OpRef, Verdict] = {}
-    for root, where, batch in visits:
+    for root, where, batch in calls.visits:
         for node in batch:
             ref = OpRef(node.op, node.name, where)
             if ref in found:
@@ -400,8 +423,19 @@ def check(model, sig) -> list[Verdict]:
     return list(found.values())
 
 
-def _walk(root: _Root, library, prov: _Provenance, visits: list, seen: set, via: dict, walked: list) -> None:
-    """Every function reachable from `root`, each (with its saver flag) once over all roots."""
+@dataclass
+class _CallGraph:
+    """What walking the functions reachable from the roots found, over all roots."""
+
+    visits: list[tuple[_Root, str, tuple]] = field(default_factory=list)  # (root, function, its nodes)
+    seen: set[tuple[str, bool]] = field(default_factory=set)  # (function, saver flag) walked
+    via: dict[str, str] = field(default_factory=dict)  # function -> how a gradient brought it in, for the message
+    walked: list[str] = field(default_factory=list)  # every function walked, in order
+
+
+def _walk(root: _Root, library, prov: _Provenance, calls: _CallGraph) -> None:
+    """Every function reachable from `root`, each (with its saver flag) once over all roots, into `calls`."""
+    visits, seen, via, walked = calls.visits, calls.seen, calls.via, calls.walked
     if root.where != TOP:
         walked.append(root.where)
     stack = [(root.where, root.nodes)]

@@ -46,56 +46,58 @@ class PackageOp:
 _TEXT = ("tensorflow_text", "tensorflow-text", "2.21.1")
 _TFDF = ("tensorflow_decision_forests", "tensorflow-decision-forests", "1.12.0")
 
-PACKAGE_OPS: dict[str, PackageOp] = {}  # filled below
+PACKAGE_OPS: dict[str, PackageOp] = {
+    # tensorflow-text 2.21.1 (core/kernels/*, registered by python/ops/_*.so). None opens a file, a resource or
+    # the network; their only state is the call's own tensors.
+    "TFText>WhitespaceTokenizeWithOffsetsV2": PackageOp(
+        *_TEXT, "pure", ("input_values", "input_config"), (),
+        "pure string computation: splits each UTF-8 string at the code points the input_config bitmap marks as "
+        "whitespace (bounds-checked against the bitmap's length); tokens and offsets out "
+        "(whitespace_tokenizer_kernel_template.h, whitespace_tokenizer.cc)"),
+    "FastWordpieceTokenizeWithOffsets": PackageOp(
+        *_TEXT, "pure", ("input_values", "wp_model"), (),
+        "pure string computation: WordPiece on each string with the vocabulary trie given in memory as the "
+        "wp_model uint8 tensor (a flatbuffer built at export, a constant of the model); subwords, ids and offsets "
+        "out (fast_wordpiece_tokenizer_kernel_template.h, fast_wordpiece_tokenizer.cc)"),
+    "UnicodeScriptTokenizeWithOffsets": PackageOp(
+        *_TEXT, "pure", ("input_values", "input_splits"),
+        ("Tsplits", "keep_whitespace"),
+        "pure string computation: splits int32 code points (row-split) where ICU's script of the code point "
+        "changes, dropping whitespace unless keep_whitespace (unicode_script_tokenize_kernel.cc)"),
+    "MaxSpanningTree": PackageOp(
+        *_TEXT, "pure", ("num_nodes", "scores"), ("T", "forest"),
+        "pure computation: a batch of maximum spanning tree problems (Chu-Liu-Edmonds, mst_solver.h) on the "
+        "[B, M, M] scores; maximum score and argmax sources out (mst_op_kernels.cc)"),
+    "ConstrainedSequence": PackageOp(
+        *_TEXT, "pure",
+        ("scores", "sequence_lengths", "allowed_transitions", "transition_weights"),
+        ("Tin", "Tsplits", "use_viterbi", "use_log_space", "use_start_and_end_states"),
+        "pure computation: Viterbi or greedy decoding of the scores under the transition weights and allowed "
+        "transitions (validated shapes); decoded states out (constrained_sequence_kernel.cc, "
+        "constrained_sequence.cc)"),
 
-
-def _add(name: str, source: tuple[str, str, str], cls: str, inputs: tuple[str, ...], attrs: tuple[str, ...],
-         why: str, **kw: str) -> None:
-    PACKAGE_OPS[name] = PackageOp(*source, cls, inputs, attrs, why, **kw)
-
-
-# tensorflow-text 2.21.1 (core/kernels/*, registered by python/ops/_*.so). None opens a file, a resource or
-# the network; their only state is the call's own tensors.
-_add("TFText>WhitespaceTokenizeWithOffsetsV2", _TEXT, "pure", ("input_values", "input_config"), (),
-     "pure string computation: splits each UTF-8 string at the code points the input_config bitmap marks as "
-     "whitespace (bounds-checked against the bitmap's length); tokens and offsets out "
-     "(whitespace_tokenizer_kernel_template.h, whitespace_tokenizer.cc)")
-_add("FastWordpieceTokenizeWithOffsets", _TEXT, "pure", ("input_values", "wp_model"), (),
-     "pure string computation: WordPiece on each string with the vocabulary trie given in memory as the "
-     "wp_model uint8 tensor (a flatbuffer built at export, a constant of the model); subwords, ids and offsets "
-     "out (fast_wordpiece_tokenizer_kernel_template.h, fast_wordpiece_tokenizer.cc)")
-_add("UnicodeScriptTokenizeWithOffsets", _TEXT, "pure", ("input_values", "input_splits"),
-     ("Tsplits", "keep_whitespace"),
-     "pure string computation: splits int32 code points (row-split) where ICU's script of the code point "
-     "changes, dropping whitespace unless keep_whitespace (unicode_script_tokenize_kernel.cc)")
-_add("MaxSpanningTree", _TEXT, "pure", ("num_nodes", "scores"), ("T", "forest"),
-     "pure computation: a batch of maximum spanning tree problems (Chu-Liu-Edmonds, mst_solver.h) on the "
-     "[B, M, M] scores; maximum score and argmax sources out (mst_op_kernels.cc)")
-_add("ConstrainedSequence", _TEXT, "pure",
-     ("scores", "sequence_lengths", "allowed_transitions", "transition_weights"),
-     ("Tin", "Tsplits", "use_viterbi", "use_log_space", "use_start_and_end_states"),
-     "pure computation: Viterbi or greedy decoding of the scores under the transition weights and allowed "
-     "transitions (validated shapes); decoded states out (constrained_sequence_kernel.cc, "
-     "constrained_sequence.cc)")
-
-# tensorflow-decision-forests 1.12.0 (tensorflow/ops/inference/kernel.cc, op.cc; the model library is
-# Yggdrasil Decision Forests' model_library.cc).
-_add("SimpleMLCreateModelResource", _TFDF, "pure", (), ("container", "shared_name"),
-     "in-memory state: looks up or creates an empty YggdrasilModelResource in the resource manager under "
-     "container/shared_name and returns its handle, as a lookup table's creator does (kernel.cc)")
-_add("SimpleMLInferenceOpWithHandle", _TFDF, "pure",
-     ("numerical_features", "boolean_features", "categorical_int_features", "categorical_set_int_features_values",
-      "categorical_set_int_features_row_splits_dim_1", "categorical_set_int_features_row_splits_dim_2",
-      "model_handle"), ("dense_output_dim",),
-     "pure computation: runs the decision forest already loaded in the model_handle resource on the feature "
-     "tensors; predictions out; no gradient registered (kernel.cc, SimpleMLInferenceOp)")
-_add("SimpleMLLoadModelFromPathWithHandle", _TFDF, "assets", ("model_handle", "path"),
-     ("output_types", "file_prefix", "allow_slow_inference"),
-     "reads only the model's own assets: LoadModel(path, file_prefix) opens JoinPath(path, file_prefix + a "
-     "fixed name) (header.pb, data_spec.pb, the model type's header, nodes-NNNNN-of-NNNNN; a saved_model.pb "
-     "probe) and builds the model in the model_handle resource; the model type is one compiled into the "
-     "library, no code is loaded (kernel.cc, model_library.cc, gradient_boosted_trees.cc)",
-     path_input="path", prefix_attr="file_prefix")
+    # tensorflow-decision-forests 1.12.0 (tensorflow/ops/inference/kernel.cc, op.cc; the model library is
+    # Yggdrasil Decision Forests' model_library.cc).
+    "SimpleMLCreateModelResource": PackageOp(
+        *_TFDF, "pure", (), ("container", "shared_name"),
+        "in-memory state: looks up or creates an empty YggdrasilModelResource in the resource manager under "
+        "container/shared_name and returns its handle, as a lookup table's creator does (kernel.cc)"),
+    "SimpleMLInferenceOpWithHandle": PackageOp(
+        *_TFDF, "pure",
+        ("numerical_features", "boolean_features", "categorical_int_features", "categorical_set_int_features_values",
+         "categorical_set_int_features_row_splits_dim_1", "categorical_set_int_features_row_splits_dim_2",
+         "model_handle"), ("dense_output_dim",),
+        "pure computation: runs the decision forest already loaded in the model_handle resource on the feature "
+        "tensors; predictions out; no gradient registered (kernel.cc, SimpleMLInferenceOp)"),
+    "SimpleMLLoadModelFromPathWithHandle": PackageOp(
+        *_TFDF, "assets", ("model_handle", "path"),
+        ("output_types", "file_prefix", "allow_slow_inference"),
+        "reads only the model's own assets: LoadModel(path, file_prefix) opens JoinPath(path, file_prefix + a "
+        "fixed name) (header.pb, data_spec.pb, the model type's header, nodes-NNNNN-of-NNNNN; a saved_model.pb "
+        "probe) and builds the model in the model_handle resource; the model type is one compiled into the "
+        "library, no code is loaded (kernel.cc, model_library.cc, gradient_boosted_trees.cc)",
+        path_input="path", prefix_attr="file_prefix"),
+}
 
 
 def reviewed(op_type: str, op_def) -> PackageOp | None:

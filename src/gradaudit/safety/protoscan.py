@@ -56,10 +56,7 @@ def count_messages(data: bytes, descriptor, stop_above: float = float("inf"), ac
     """The messages `data` parses into, counted by scanning it; the scan stops once the count is above
     `stop_above` (returning it), or once the count plus half the bytes left is within `accept_within`
     (returning that sum)."""
-    n = len(data)
-    limit = accept_within
-    count = 1
-    pos = 0
+    n, limit, count, pos = len(data), accept_within, 1, 0
     # one frame per message being scanned: (its end, its layout)
     stack: list[tuple[int, _Layout]] = [(n, _layout(descriptor))]
     end, layout = stack[-1]
@@ -72,8 +69,7 @@ def count_messages(data: bytes, descriptor, stop_above: float = float("inf"), ac
                 return count
             end, layout = stack[-1]
             continue
-        # tag
-        b = data[pos]
+        b = data[pos]  # the tag
         pos += 1
         if b < 0x80:
             tag = b
