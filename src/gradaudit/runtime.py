@@ -48,8 +48,7 @@ def check_inputs(sig, options: AuditOptions) -> None:
         raise GradauditError(f"--shape names {', '.join(unknown)}, not inputs of the signature "
                              f"({', '.join(sorted(specs))})")
     try:
-        synthesise(specs, seed=options.seed, batch_size=options.batch_size, dim=options.dim,
-                   shapes=options.shapes, inputs_file=options.inputs_file)
+        synthesise(specs, options)
     except InputError as exc:
         raise GradauditError(str(exc)) from None
     except (ValueError, TypeError) as exc:  # an array numpy cannot read as the input's dtype

@@ -49,18 +49,7 @@ def decode(hint: Any, data: Any, where: str = "result", depth: int = 0) -> Any:
         raise WireError(f"{where}: nested too deep")
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
-        arms = typing.get_args(hint)
-        if data is None and type(None) in arms:
-            return None
-        errors = []
-        for arm in arms:
-            if arm is type(None):
-                continue
-            try:
-                return decode(arm, data, where, depth + 1)
-            except WireError as exc:
-                errors.append(str(exc))
-        raise WireError(errors[0] if errors else f"{where}: expected a value")
+        return _decode_union(typing.get_args(hint), data, where, depth)
     if origin in (tuple, list):
         if not isinstance(data, list):
             raise WireError(f"{where}: expected a list")
@@ -83,6 +72,21 @@ def decode(hint: Any, data: Any, where: str = "result", depth: int = 0) -> Any:
         except ValueError:
             raise WireError(f"{where}: {data!r:.40} is not a {hint.__name__}") from None
     return _scalar(hint, data, where)
+
+
+def _decode_union(arms: tuple[Any, ...], data: Any, where: str, depth: int) -> Any:
+    """`data` as the first arm of `X | Y | None` it fits."""
+    if data is None and type(None) in arms:
+        return None
+    errors = []
+    for arm in arms:
+        if arm is type(None):
+            continue
+        try:
+            return decode(arm, data, where, depth + 1)
+        except WireError as exc:
+            errors.append(str(exc))
+    raise WireError(errors[0] if errors else f"{where}: expected a value")
 
 
 def _decode_dataclass(cls: Any, data: Any, where: str, depth: int) -> Any:

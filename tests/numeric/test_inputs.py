@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from gradaudit.numeric import NumericOptions
 from gradaudit.numeric.inputs import InputError, synthesise
 
 SPECS = {"x": tf.TensorSpec([None, None, 3], tf.float32), "ids": tf.TensorSpec([None, 5], tf.int32),
@@ -13,8 +14,8 @@ SPECS = {"x": tf.TensorSpec([None, None, 3], tf.float32), "ids": tf.TensorSpec([
 
 
 def make(**kw):
-    options = {"seed": 0, "batch_size": 2, "dim": 4, "shapes": {}, "inputs_file": None} | kw
-    return synthesise(SPECS, **options)
+    domains = kw.pop("domains", None)
+    return synthesise(SPECS, NumericOptions(**{"seed": 0, "batch_size": 2, "dim": 4} | kw), domains)
 
 
 def test_unknown_dimensions_take_batch_size_then_dim():

@@ -47,12 +47,13 @@ def domains_of(path: str):
 def test_token_ids_come_from_the_embedding_table(models, name, padded):
     import tensorflow as tf
 
+    from gradaudit.numeric import NumericOptions
     from gradaudit.numeric.inputs import synthesise
 
     d = domains_of(models(name)).inputs["tokens"]
     assert (d.kind, d.high, d.padded) == ("ids", 50, padded)
-    ids = synthesise({"tokens": tf.TensorSpec([None, 6], tf.int32)}, seed=0, batch_size=4, dim=4, shapes={},
-                     inputs_file=None, domains=domains_of(models(name)))["tokens"]
+    ids = synthesise({"tokens": tf.TensorSpec([None, 6], tf.int32)}, NumericOptions(batch_size=4),
+                     domains_of(models(name)))["tokens"]
     assert ids.min() >= 0 and ids.max() < 50
     # padding only where the mask reads it, and never a whole example
     assert bool((ids == 0).any()) == padded and (ids != 0).any(axis=1).all()
@@ -68,12 +69,12 @@ def test_recurrent_text_models_pass_with_synthesised_inputs(audit_of, name):
 def test_softmax_cross_entropy_labels_are_a_distribution(models, audit_of):
     import tensorflow as tf
 
+    from gradaudit.numeric import NumericOptions
     from gradaudit.numeric.inputs import synthesise
 
     domains = domains_of(models("xent"))
     assert domains.inputs["labels"].kind == "distribution" and not domains.uncertain
-    labels = synthesise({"labels": tf.TensorSpec([None, 3], tf.float32)}, seed=0, batch_size=2, dim=4,
-                        shapes={}, inputs_file=None, domains=domains)["labels"]
+    labels = synthesise({"labels": tf.TensorSpec([None, 3], tf.float32)}, NumericOptions(), domains)["labels"]
     assert (labels >= 0).all() and np.allclose(labels.sum(axis=-1), 1.0)
     r = audit_of("xent")
     assert {n.status for n in r.numeric} == {"pass"} and "gradient-mismatch" not in rules(r)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -12,6 +12,21 @@ from .domains import COUNT_HIGH, Domains
 
 class InputError(ValueError):
     """An input cannot be built (unknown rank, shape mismatch, bad --inputs file)."""
+
+
+class PointOptions(Protocol):
+    """What the synthesised point is made from (NumericOptions and AuditOptions have these fields)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def dim(self) -> int: ...  # unknown non-batch dimensions
+    @property
+    def shapes(self) -> Mapping[str, tuple[int, ...]]: ...  # --shape NAME=D0,D1
+    @property
+    def inputs_file(self) -> str | None: ...  # --inputs FILE.npz
 
 
 def _shape(name: str, spec: Any, batch_size: int, dim: int,
@@ -58,17 +73,18 @@ def given_inputs(inputs_file: str | None) -> frozenset[str]:
     return frozenset(_read(inputs_file))
 
 
-def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int,
-               shapes: Mapping[str, tuple[int, ...]], inputs_file: str | None,
-               domains: Domains | None = None) -> dict[str, np.ndarray]:
+def synthesise(specs: Mapping[str, Any], options: PointOptions, domains: Domains | None = None
+               ) -> dict[str, np.ndarray]:
     """One array per signature input, in the input's own dtype.
 
     Floats are N(0, 1) (seeded), class-probability labels (`domains`) non-negative rows summing to 1;
     integers are token ids in [1, vocabulary) where the graph tells the table they index, with a little
     padding (0) only where a mask reads them, 0 where they index a table of unknown size, else small
     positive integers; bools False, strings empty. Arrays from `inputs_file` (an .npz keyed by signature
-    input name) take precedence, and their first dimension is the batch size of the others.
+    input name) take precedence, and their first dimension is the batch size of the others. The seed, batch
+    size, unknown dimensions, --shape and --inputs are `options`'.
     """
+    inputs_file, shapes, dim = options.inputs_file, options.shapes, options.dim
     domains = domains or Domains()
     given = _read(inputs_file)
     if inputs_file:
@@ -77,8 +93,8 @@ def synthesise(specs: Mapping[str, Any], *, seed: int, batch_size: int, dim: int
             raise InputError(f"--inputs {inputs_file} has arrays {unknown} that are not signature "
                              f"inputs ({sorted(specs)})")
     # Real examples set the batch size of the inputs synthesised next to them.
-    batch_size = next((int(np.shape(v)[0]) for v in given.values() if np.ndim(v)), batch_size)
-    rng = np.random.default_rng(seed)
+    batch_size = next((int(np.shape(v)[0]) for v in given.values() if np.ndim(v)), options.batch_size)
+    rng = np.random.default_rng(options.seed)
     arrays: dict[str, np.ndarray] = {}
     for name in sorted(specs):
         spec = specs[name]

@@ -158,8 +158,7 @@ def _skipped(source: str, output: str, reason: str) -> NumericResult:
 
 def _point(plan: Plan, options: NumericOptions, domains: Domains) -> dict[str, np.ndarray] | NumericOutcome:
     try:
-        return synthesise(plan.specs, seed=options.seed, batch_size=options.batch_size, dim=options.dim,
-                          shapes=options.shapes, inputs_file=options.inputs_file, domains=domains)
+        return synthesise(plan.specs, options, domains)
     except InputError as exc:
         return NumericOutcome([_skipped("*", "*", f"no input to run the model: {exc}")], [],
                               [f"Numeric checks skipped: {exc}"])

@@ -6,7 +6,7 @@ Entry point `run_stability`, called by `gradaudit.audit` after the numeric check
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..model import Finding, NumericResult, StabilityResult
 from ..numeric import NumericOptions
@@ -122,8 +122,7 @@ def _batch_point(loaded, plan, base: dict, options: StabilityOptions, outcome: S
     n = options.numeric
     if n.batch_size >= options.batch_size:
         return base
-    wider = synthesise(plan.specs, seed=n.seed, batch_size=options.batch_size, dim=n.dim, shapes=n.shapes,
-                       inputs_file=n.inputs_file, domains=plan.domains)
+    wider = synthesise(plan.specs, replace(n, batch_size=options.batch_size), plan.domains)
     why = _mixes_examples(loaded.fn, wider, plan.float_outputs)
     if not why:
         return base
@@ -166,8 +165,7 @@ def probe_start(loads, analysis, numeric: NumericOptions):
     if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
         return plan, None
     n = numeric
-    return plan, synthesise(plan.specs, seed=n.seed, batch_size=n.batch_size, dim=n.dim, shapes=n.shapes,
-                            inputs_file=n.inputs_file, domains=plan.domains)
+    return plan, synthesise(plan.specs, n, plan.domains)
 
 
 def _raising_points(raised: list[tuple[str, str]], plan, analysis) -> list[Finding]:
