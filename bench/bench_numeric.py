@@ -9,8 +9,14 @@
 3. Sensitivity and false failures over seeds (--seeds N): whole default audits (numeric checks, probes
    and their probe-point checks) of healthy and broken models, one audit per seed; a false failure is a
    gradient-mismatch on a healthy model, sensitivity the share of seeds that fail a broken one.
+4. What --precision adds to a default audit (--precision): in a fresh process per model, a default audit then
+   the same with --precision float16, the model evaluations of each stage counted (gradient passes and the
+   rows they carry, line evaluations, runs of the frozen graph; the precision stage's one plain forward, for
+   its cotangent's shapes, is not counted) and the stages timed. Sample models, and a
+   Keras MobileNetV2 (weights=None, 96x96, 3.5M parameters) exported with model.export.
 
     python bench/bench_numeric.py [--repeat N] [--json FILE] [--whole-audit] [--skip-resnet] [--seeds N]
+                                  [--precision]
 
 Each process is timed from the parent, so interpreter start-up counts on both sides; with --repeat N the
 fastest of N runs is kept on each side.
@@ -165,6 +171,75 @@ print(json.dumps(phases))
 """
 
 
+# Both audits in one process: the counts do not depend on what is warm, the times of the second do (its
+# traced functions cached), so the precision stage's time is read from the second audit's own phases.
+PRECISION = """
+import json, sys, time
+from collections import Counter
+from gradaudit.batch import import_tensorflow_quietly
+import_tensorflow_quietly()
+import numpy as np
+from gradaudit.api import AuditOptions, audit_saved_model
+from gradaudit.numeric.runner import Runner
+from gradaudit.progress import observed
+from gradaudit.stability.forensics import Forensics
+phase = ["read saved_model.pb"]
+counts, times = Counter(), Counter()
+def rows_of(runner):
+    shapes = [np.shape(v) for v in runner.inputs.values() if np.ndim(v)]
+    return int(shapes[0][0]) if shapes else 1
+def counted(name, method, rows=None):
+    def wrapper(self, *args, **kwargs):
+        counts[phase[0], name] += 1
+        if rows:
+            counts[phase[0], name + " rows"] += rows(self)
+        return method(self, *args, **kwargs)
+    return wrapper
+Runner.gradient = counted("gradient passes", Runner.gradient, rows_of)
+Runner.evaluate = counted("line evaluations", Runner.evaluate)
+Forensics._run = counted("frozen-graph runs", Forensics._run)
+Forensics._build = counted("graph freezes", Forensics._build)
+mark = [time.perf_counter()]
+def sink(message):
+    now = time.perf_counter()
+    times[phase[0]] += now - mark[0]
+    mark[0] = now
+    phase[0] = message.split(":")[0].split(" and ")[0]
+out = {}
+for label, kw in (("default", {}), ("float16", {"precision": "float16"})):
+    counts.clear(); times.clear(); phase[0] = "read saved_model.pb"; mark[0] = time.perf_counter()
+    with observed(sink):
+        r = audit_saved_model(sys.argv[1], AuditOptions(timeout=None, **kw))
+    times[phase[0]] += time.perf_counter() - mark[0]
+    out[label] = {"counts": {f"{p} / {n}": c for (p, n), c in sorted(counts.items())},
+                  "seconds": dict(times), "verdict": r.verdict(),
+                  "precision_rows": len(r.precision),
+                  "points": sorted({str(p.scale) for p in r.precision}),
+                  "findings": sorted(f.code for f in r.findings if f.code.startswith("GA33"))}
+print(json.dumps(out))
+"""
+
+EXPORT_MOBILENET = """
+import sys, keras
+m = keras.applications.MobileNetV2(weights=None, input_shape=(96, 96, 3))
+print(m.count_params())
+m.export(sys.argv[1], verbose=False)
+"""
+
+
+def precision_cost(tmp: str) -> dict:
+    models = {n: str(ROOT / "sample_models" / n) for n in ("mlp", "ratio_naive", "cnn")}
+    print("exporting MobileNetV2 ...", file=sys.stderr)
+    path = os.path.join(tmp, "mobilenet_v2")
+    _, params = timed(EXPORT_MOBILENET, path)
+    models[f"MobileNetV2 96x96 ({int(params):,} parameters)"] = path
+    report = {}
+    for name, path in models.items():
+        print(f"--precision cost: {name} ...", file=sys.stderr)
+        report[name] = json.loads(timed(PRECISION, path, ok=(0, 1))[1])
+    return report
+
+
 def timed(script: str, *args: str, module: bool = False, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
     command = [sys.executable, "-m" if module else "-c", script, *args]
     start = time.perf_counter()
@@ -235,6 +310,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=0,
                         help="also measure sensitivity and false failures over this many seeds (whole audits)")
     parser.add_argument("--skip-small", action="store_true", help="skip the float64/float32/compute_gradient table")
+    parser.add_argument("--precision", action="store_true",
+                        help="also count and time what --precision float16 adds to a default audit")
     parser.add_argument("--whole-audit", action="store_true",
                         help="also time `gradaudit audit` with every default pass (static, numeric, stability)")
     args = parser.parse_args()
@@ -242,6 +319,8 @@ def main() -> None:
         report: dict = {"small": {} if args.skip_small else small(tmp)}
         if args.seeds:
             report["seeds"] = seeded(tmp, args.seeds)
+        if args.precision:
+            report["precision"] = precision_cost(tmp)
         if not args.skip_resnet:
             report["resnet50"] = resnet(tmp, args.repeat, args.whole_audit)
     if "resnet50" in report:
@@ -277,6 +356,12 @@ def main() -> None:
         print(f"  false failures: {sum(r['mismatch'] for r in healthy)}/{sum(r['seeds'] for r in healthy)} healthy "
               f"audits; sensitivity: {sum(r['mismatch'] for r in broken)}/{sum(r['seeds'] for r in broken)} broken "
               "audits caught")
+    for name, row in report.get("precision", {}).items():
+        print(f"--precision float16 on {name}: points {row['float16']['points']}, GA33x {row['float16']['findings']}")
+        for label in ("default", "float16"):
+            data = row[label]
+            print(f"  {label:8s} " + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
+            print(f"  {'':8s} " + ", ".join(f"{k} {v:.2f} s" for k, v in data["seconds"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 

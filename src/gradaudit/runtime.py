@@ -167,22 +167,21 @@ def _precision(static: StaticResult, options: AuditOptions, loads) -> PrecisionP
 def run_traced(static: StaticResult, traced, options: AuditOptions,
                static_of_copy: Callable[..., StaticResult]) -> RuntimeResult:
     """The runtime stages on a traced Python or Keras function: the numeric checks on the function itself,
-    the probes on a saved copy (`static_of_copy` is the static pass that reads it); --precision runs on
-    SavedModels only."""
+    the probes and --precision on one saved copy (`static_of_copy` is the static pass that reads it), their
+    results under the traced graph's names."""
     from .numeric.runner import graphs_as_written
 
     _full_tracebacks()
-    precision = None
-    if options.precision:
-        precision = PrecisionPart(incomplete=(f"--precision {options.precision} did not run: it runs on SavedModels "
-                                              "(audit the folder model.export or tf.saved_model.save writes)",))
-    with graphs_as_written():
-        result = _stages([
-            ("numeric", "running the numeric checks", lambda: _numeric_traced(static, traced, options)),
-            ("probes", "running the stability probes",
-             lambda: _probe_traced(static, traced, options, static_of_copy)),
-        ])
-    return replace(result, precision=precision)
+    copy = _SavedCopy(static, traced, options, static_of_copy)
+    try:
+        with graphs_as_written():
+            return _stages([
+                ("numeric", "running the numeric checks", lambda: _numeric_traced(static, traced, options)),
+                ("probes", "running the stability probes", lambda: _probe_traced(static, copy, options)),
+                ("precision", "checking precision", lambda: _precision_traced(static, copy, options)),
+            ])
+    finally:
+        copy.close()
 
 
 def _numeric_traced(static: StaticResult, traced, options: AuditOptions) -> NumericPart:
@@ -192,35 +191,84 @@ def _numeric_traced(static: StaticResult, traced, options: AuditOptions) -> Nume
                                               variable_names=traced.variable_names))
 
 
-def _probe_traced(static: StaticResult, traced, options: AuditOptions,
-                  static_of_copy: Callable[..., StaticResult]) -> ProbePart:
-    """Stability probes and --order 2 run on a SavedModel: the traced function is saved to a temporary
-    folder (with its custom gradients) and probed there; results come back under the traced graph's names,
+class _SavedCopy:
+    """The traced function saved to a temporary folder (with its custom gradients) on first use, read by the
+    static pass and loaded once for the stages that run on a SavedModel (the probes, --precision). `static` is
+    None and `why` says why when TensorFlow cannot save it."""
+
+    def __init__(self, static: StaticResult, traced, options: AuditOptions,
+                 static_of_copy: Callable[..., StaticResult]):
+        self._ours, self._traced, self._options, self._static_of_copy = static, traced, options, static_of_copy
+        self._tmp: Any = None
+        self.path = ""
+        self.static: StaticResult | None = None
+        self.loads: Any = None
+        self.why = ""
+        self.rename: dict[str, str] = {}
+        self._ops: dict[tuple[str, str], Any] | None = None
+
+    def get(self) -> StaticResult | None:
+        if self._tmp is None:
+            self._save()
+        return self.static
+
+    def _save(self) -> None:
+        import tempfile
+
+        import tensorflow as tf
+
+        from .model import Target
+        from .numeric.runner import ModelLoads
+        from .targets.saved_model import SavedModelFile
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="gradaudit-traced-")
+        self.path = self._tmp.name
+        holder = tf.Module()
+        holder.captured = list(self._traced.fn.variables)
+        try:
+            tf.saved_model.save(holder, self.path, signatures={"serving_default": self._traced.fn},
+                                options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+            model = SavedModelFile(self.path)
+            sig = model.signature("serving_default")
+            self.static = self._static_of_copy(model, sig,
+                                               Target(self.path, "saved_model", "serving_default", ("serve",)))
+        except Exception as exc:  # noqa: BLE001 - a function TensorFlow cannot save is not run as a SavedModel
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            self.why = f"the traced function cannot be saved for them ({exc.__class__.__name__}: {first})"
+            return
+        self.loads = ModelLoads(self.path, self._options.tags, "serving_default", self.static.model.proto)
+        self.rename = _names_from_copy(self.static, self._ours)
+
+    def op(self, ref: Any) -> Any:
+        """The traced graph's op for the copy's `ref` (the same type and node name, when one op has them); the
+        copy's own otherwise."""
+        if ref is None:
+            return None
+        if self._ops is None:
+            seen: dict[tuple[str, str], list] = {}
+            for node in self._ours.analysis.graph.ops.values():
+                seen.setdefault((node.ref.op_type, node.ref.op_name), []).append(node.ref)
+            self._ops = {k: v[0] for k, v in seen.items() if len(v) == 1}
+        return self._ops.get((ref.op_type, ref.op_name), ref)
+
+    def close(self) -> None:
+        if self.loads is not None:
+            self.loads.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions) -> ProbePart:
+    """Stability probes and --order 2 run on the saved copy; results come back under the traced graph's names,
     and the copy's hazard verdicts as verdicts on the traced graph's own lints (same rule, same op name)."""
-    import tempfile
-
-    import tensorflow as tf
-
-    from .model import Target
     from .reconcile import judge_hazards
     from .results import HazardVerdict
-    from .targets.saved_model import SavedModelFile
 
-    with tempfile.TemporaryDirectory(prefix="gradaudit-traced-") as tmp:
-        holder = tf.Module()
-        holder.captured = list(traced.fn.variables)
-        try:
-            tf.saved_model.save(holder, tmp, signatures={"serving_default": traced.fn},
-                                options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
-            model = SavedModelFile(tmp)
-            sig = model.signature("serving_default")
-            copy = static_of_copy(model, sig, Target(tmp, "saved_model", "serving_default", ("serve",)))
-        except Exception as exc:  # noqa: BLE001 - a function TensorFlow cannot save is not probed
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            return ProbePart(notes=(f"stability probes not run: the traced function cannot be saved for them "
-                                    f"({exc.__class__.__name__}: {first})",))
-        outcome = _probe_outcome(copy.analysis, tmp, options, "serving_default")
-    rename = _names_from_copy(copy, static)
+    copy = saved.get()
+    if copy is None:
+        return ProbePart(notes=(f"stability probes not run: {saved.why}",))
+    outcome = _probe_outcome(copy.analysis, saved.path, options, "serving_default", saved.loads)
+    rename = saved.rename
 
     def renamed(item):
         if hasattr(item, "sources"):
@@ -240,6 +288,33 @@ def _probe_traced(static: StaticResult, traced, options: AuditOptions,
     return replace(part, results=tuple(renamed(s) for s in part.results),
                    numeric=tuple(renamed(n) for n in part.numeric),
                    findings=tuple(renamed(f) for f in part.findings), verdicts=verdicts)
+
+
+def _precision_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions) -> PrecisionPart:
+    """--precision on the saved copy, as on a SavedModel; sources keep their names (the copy's inputs and
+    variables are the traced graph's) and the ops named are the traced graph's. The model's own compute dtype
+    is read from the traced graph."""
+    from .stability.precision import run_precision
+
+    if not options.precision:
+        outcome = run_precision(None, static.analysis, _stability_options(options), None)
+        return PrecisionPart(notes=tuple(outcome.notes))
+    copy = saved.get()
+    if copy is None:
+        return PrecisionPart(incomplete=(f"--precision {options.precision} did not run: "
+                                         f"{saved.why.replace('for them', 'for it')}",))
+    say(f"precision: {options.precision}")
+    outcome = run_precision(saved.loads, copy.analysis, _stability_options(options), options.precision)
+
+    def renamed(item):
+        op = saved.op(item.op)
+        if hasattr(item, "sources"):  # a finding
+            return replace(item, op=op, sources=tuple(saved.rename.get(n, n) for n in item.sources),
+                           outputs=tuple(saved.rename.get(n, n) for n in item.outputs))
+        return replace(item, op=op, name=op.short if op is not None else item.name)
+
+    return PrecisionPart(tuple(renamed(r) for r in outcome.results), tuple(renamed(f) for f in outcome.findings),
+                         tuple(outcome.notes), tuple(outcome.incomplete))
 
 
 def _names_from_copy(copy: StaticResult, static: StaticResult) -> dict[str, str]:

@@ -364,16 +364,71 @@ def test_an_activation_that_underflows_into_a_log_is_named(tmp_path, stable):
     assert np.mean(np.isinf(y16)) == row.underflow > 0
 
 
-def test_a_python_target_says_precision_did_not_run():
+# -- Python and Keras targets: checked on the saved copy, as their export is -------------------------------
+
+def traced_audit(target, tmp_path, **options):
+    """`gradaudit.audit` of an object or a Keras file, in process, with the point given as --inputs."""
     from gradaudit import audit as run
 
-    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
-    def f(x):
-        return tf.tanh(x)
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, x=X)
+    return run(target, timeout=None, precision="float16", inputs_file=str(inputs), seed=SEED, **options)
 
-    report = run(f, timeout=None, precision="float16", probe_scales=(1.0,))
-    assert report.precision == [] and any(line.startswith("--precision float16 did not run") for line in
-                                          report.incomplete)
+
+def precision_table(report) -> dict:
+    """(kind, name, scale) -> the row's fractions and loss scale, rounded; and the GA33x findings."""
+    table = {(r.kind, r.name, r.scale): (r.entries, round(r.underflow, 6), round(r.subnormal, 6),
+                                         round(r.overflow, 6), r.loss_scale, r.one_scale,
+                                         r.op.op_type if r.op else None, r.op.op_name if r.op else None)
+             for r in report.precision}
+    findings = sorted((f.code, f.severity.value, f.sources, f.op.op_type if f.op else None,
+                       f.op.op_name if f.op else None) for f in report.findings if f.code.startswith("GA33"))
+    return {"rows": table, "findings": findings}
+
+
+def test_a_keras_model_as_an_object_or_a_file_gets_the_precision_results_of_its_export(tmp_path):
+    big = [np.eye(4, dtype=np.float32) * 8.0]  # exp(16) overflows at the point itself, and its gradient
+    model = keras_model("exp", weights=big)
+    exported = precision_table(audit(export(model, tmp_path), tmp_path))
+    assert {f[0] for f in exported["findings"]} == {"GA332", "GA333"} and exported["rows"]  # gradients too
+    as_object = traced_audit(model, tmp_path)
+    assert not [line for line in as_object.incomplete if "precision" in line]
+    assert precision_table(as_object) == exported
+    model.save(tmp_path / "m.keras")
+    assert precision_table(traced_audit(str(tmp_path / "m.keras"), tmp_path)) == exported
+
+
+def test_a_tf_module_gets_the_precision_results_of_its_saved_model_and_tensorflows_float16_zeros(tmp_path):
+    """The ratio seed's form as a traced target: the same rows and finding as its SavedModel, and what they say
+    flushes to zero is zero in TensorFlow's float16."""
+    k = 1e-11
+    module = Ratio(k)
+    saved = audit(save_ratio(tmp_path, k), tmp_path)
+    traced = traced_audit(module, tmp_path)
+    assert precision_table(traced) == precision_table(saved)
+    assert precision_rules(traced) == ["gradient-underflow"]
+    (f,) = [f for f in traced.findings if f.rule == "gradient-underflow"]
+    assert set(f.sources) == {"x", "a", "b"}
+    own = rows(traced)
+    assert max(r.largest for r in own.values()) < 6e-8
+    reference, at_one = _f32(k, 0.0), float16_gradients(k, 0.0, 1.0)
+    scaled = float16_gradients(k, 0.0, own["a"].loss_scale)
+    for name, r in own.items():
+        assert zero_fraction(at_one[name], reference[name]) == r.underflow == 1.0, name
+        assert zero_fraction(scaled[name], reference[name]) == 0.0, name
+    # the tf.function alone (its variables named as the module's) and the healthy twin's summary line
+    assert precision_table(traced_audit(module.__call__, tmp_path)) == precision_table(saved)
+    healthy = traced_audit(Ratio(1e-2), tmp_path)
+    assert precision_rules(healthy) == []
+    assert len([n for n in healthy.notes_of("precision") if "every gradient fits" in n]) == 1
+
+
+def test_a_mixed_float16_keras_object_says_so_in_the_default_report():
+    from gradaudit import audit as run
+
+    report = run(keras_model("tanh_mlp", "mixed_float16"), timeout=None, probe_scales=(1.0,))
+    (note,) = report.notes_of("precision")
+    assert note.startswith("The model computes in float16") and report.precision == []
 
 
 class Loop(tf.Module):

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..model import Finding, OpRef, PrecisionResult, Severity
 from ..rules import hazards as rules
-from .precision_math import LOST, Classes, classify, limits, power_of_two, settled_loss_scale
+from .precision_math import LOST, Classes, classify, limits, magnitudes, power_of_two, settled_loss_scale
 
 # Ops whose output is not computed: the frozen graph's inputs and its variables as constants.
 NOT_COMPUTED = frozenset({"Const", "Placeholder"})
@@ -173,12 +173,13 @@ def _activations(forensics, point: dict[str, np.ndarray], target: str, outcome: 
 def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target: str,
                    scale: float | None) -> list[PrecisionResult]:
     """One row per source with a gradient at this point; the loss scale is the one scale for all of them."""
-    classes = {s: classify(grads[s], target) for s in names if grads.get(s) is not None}
+    mags = {s: magnitudes(grads[s]) for s in names if grads.get(s) is not None}
+    classes = {s: classify(a, target, prepared=True) for s, a in mags.items()}
     largest = max((c.largest for c in classes.values() if c.largest is not None), default=None)
     loss_scale = settled_loss_scale(largest, target)
 
     def zero_at(s: str, factor: float | None) -> float | None:
-        return classify(grads[s], target, factor).underflow if factor else None
+        return classify(mags[s], target, factor, prepared=True).underflow if factor else None
 
     shared = {s: zero_at(s, loss_scale) for s in classes}
     alone = {s: zero_at(s, settled_loss_scale(c.largest, target)) for s, c in classes.items()}

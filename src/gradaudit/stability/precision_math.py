@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -59,23 +60,51 @@ class Classes:
         return self.underflow < LOST and self.overflow == 0
 
 
-def _nonzero(values) -> np.ndarray:
+def magnitudes(values) -> np.ndarray:
+    """The magnitudes of the nonzero finite entries of `values`, flat, in float64: what `classify` counts (pass
+    them with `prepared=True` to classify one array at several scales)."""
     a = np.abs(np.asarray(values, dtype=np.float64)).reshape(-1)
     return a[np.isfinite(a) & (a > 0)]
 
 
-def classify(values, target: str, scale: float = 1.0) -> Classes:
-    """Cast `values` × `scale` (computed in float64) to `target` and count what became of the nonzero entries."""
-    a = _nonzero(values)
+@cache
+def bounds(target: str) -> tuple[float, float, float]:
+    """(the largest float64 magnitude that casts to zero in `target`, the largest that casts below its smallest
+    normal, the largest that casts to a finite value): found on numpy's own cast, by bisection over the float64
+    values (each class is an interval, the cast being monotonic), so that comparing with them is the cast."""
+    dtype = numpy_dtype(target)
+    lim = limits(target)
+
+    def largest(keeps) -> float:
+        lo, hi = 0, int(np.array(np.inf).view(np.int64))  # positive float64s ordered as their bit patterns
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if keeps(float(np.array(mid, np.int64).view(np.float64))):
+                lo = mid
+            else:
+                hi = mid
+        return float(np.array(lo, np.int64).view(np.float64))
+
+    def cast(x: float) -> float:
+        with np.errstate(over="ignore"):
+            return float(np.asarray(x).astype(dtype).astype(np.float64))
+
+    return (largest(lambda x: cast(x) == 0), largest(lambda x: cast(x) < lim.smallest_normal),
+            largest(lambda x: math.isfinite(cast(x))))
+
+
+def classify(values, target: str, scale: float = 1.0, prepared: bool = False) -> Classes:
+    """Cast `values` × `scale` (computed in float64) to `target` and count what became of the nonzero entries
+    (`prepared`: `values` are `magnitudes(...)` already). The cast is done by comparing with its `bounds`."""
+    a = values if prepared else magnitudes(values)
     if not a.size:
         return Classes(0, 0.0, 0.0, 0.0, None, None)
-    with np.errstate(over="ignore"):
-        cast = np.abs((a * scale).astype(numpy_dtype(target)).astype(np.float64))
-    lim = limits(target)
+    zero, subnormal, finite = bounds(target)
+    v = a if scale == 1.0 else a * scale
     n = a.size
-    return Classes(n, float(np.count_nonzero(cast == 0)) / n,
-                   float(np.count_nonzero((cast > 0) & (cast < lim.smallest_normal))) / n,
-                   float(np.count_nonzero(np.isinf(cast))) / n, float(a.max()), float(a.min()))
+    under = int(np.count_nonzero(v <= zero))
+    return Classes(n, under / n, (int(np.count_nonzero(v <= subnormal)) - under) / n,
+                   float(np.count_nonzero(v > finite)) / n, float(a.max()), float(a.min()))
 
 
 def settled_loss_scale(largest: float | None, target: str) -> float | None:
