@@ -236,7 +236,7 @@ class _SavedCopy:
             first = str(exc).splitlines()[0] if str(exc) else ""
             self.why = f"the traced function cannot be saved for them ({exc.__class__.__name__}: {first})"
             return
-        self.loads = ModelLoads(self.path, self._options.tags, "serving_default", self.static.model.proto)
+        self.loads = ModelLoads(self.path, self._options.tags, "serving_default", self.static.model)
         self.rename = _names_from_copy(self.static, self._ours)
 
     def op(self, ref: Any) -> Any:
