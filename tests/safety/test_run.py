@@ -81,3 +81,14 @@ def test_timeout_not_reached_gives_the_child_results(samples):
     # the check at the synthesised point (the probe points' checks follow it, some inconclusive at 2x)
     assert [n.status for n in report.numeric if n.source == "x" and n.scale is None] == ["fail"]
     assert "gradient-mismatch" in {f.rule for f in report.findings}
+
+
+@pytest.mark.slow  # runs the model in the child
+def test_a_relative_model_path_runs_in_the_child(samples, monkeypatch):
+    """The child runs in another folder: it loads the model by its absolute path, whatever path the static pass
+    parsed it under (a relative one here)."""
+    monkeypatch.chdir(os.path.dirname(samples))
+    report = audit_saved_model(os.path.join(os.path.basename(samples), "mlp"), AuditOptions(timeout=300.0))
+    assert report.isolation is not None and report.isolation.time_budget_s == 300.0
+    assert not [f for f in report.findings if f.rule == "unrunnable-model"]
+    assert {n.status for n in report.numeric if n.scale is None} == {"pass"}

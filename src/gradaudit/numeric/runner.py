@@ -331,7 +331,7 @@ class ModelLoads:
         if self._info is None:
             from .savedmodel import read_saved_model, saved_model_info
 
-            self._info = (saved_model_info(self._model, self.signature) if self._model is not None
+            self._info = (saved_model_info(self._model, self.signature, self.path) if self._model is not None
                           else read_saved_model(self.path, self.tags, self.signature))
         return self._info
 

@@ -36,8 +36,10 @@ class SavedModelInfo:
         return {b.position: b.name for b in self.bound if b is not None}
 
 
-def saved_model_info(model: SavedModelFile, signature: str) -> SavedModelInfo:
-    """What the checks need of one signature, from the static pass's parse of the model (never read again)."""
+def saved_model_info(model: SavedModelFile, signature: str, path: str | None = None) -> SavedModelInfo:
+    """What the checks need of one signature, from the static pass's parse of the model (never read again).
+    `path`: where the model is loaded from, when not the parse's own path (the child runs in another folder and
+    is given the absolute one)."""
     from ..targets.saved_model import variable_display_names
 
     function, bound_ids = model.concrete_signature(signature)
@@ -51,7 +53,7 @@ def saved_model_info(model: SavedModelFile, signature: str) -> SavedModelInfo:
         else:
             bound.append(None)
     op_types, custom = model.runnable_ops(function)
-    return SavedModelInfo(path=model.path, proto=model.proto, meta_graph=model.meta_graph, signature=signature,
+    return SavedModelInfo(path=path or model.path, proto=model.proto, meta_graph=model.meta_graph, signature=signature,
                           function=function, bound=bound, op_types=op_types, custom_gradients=custom)
 
 
