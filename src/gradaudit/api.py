@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import GradauditError, InternalError
-from .model import Isolation, Report, Target
+from .model import Isolation, Report, Target, TargetKind
 from .reconcile import reconcile
 from .results import AuditOptions, Gate, RuntimeResult, StaticResult
 from .runtime import StageFailed, check_inputs, run_saved_model, run_traced
@@ -272,7 +272,7 @@ def _audit_keras_file(path: str, options: AuditOptions) -> Report:
     return replace(child, target=target, isolation=isolation if child.isolation is not None else None)
 
 
-def audit_object(obj: object, options: AuditOptions, label: str | None = None, kind: str = "python") -> Report:
+def audit_object(obj: object, options: AuditOptions, label: str | None = None, kind: TargetKind = "python") -> Report:
     """Audit a tf.function, ConcreteFunction, tf.Module or keras.Model by reading its traced graph."""
     from .targets.python import TracedModel, parse_input_spec, trace
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 FlowStatus = Literal["connected", "blocked", "disconnected", "unknown"]
 CheckStatus = Literal["pass", "fail", "inconclusive", "skipped", "error"]
 ProbeStatus = Literal["ok", "nonfinite_gradient", "nonfinite_forward"]
+TargetKind = Literal["saved_model", "python", "keras"]
 
 
 class Severity(str, enum.Enum):
@@ -310,7 +311,7 @@ class Isolation:
 @dataclass(frozen=True)
 class Target:
     path: str
-    kind: str  # "saved_model" | "python" | "keras"
+    kind: TargetKind
     signature: str | None
     tags: tuple[str, ...] = ()
 

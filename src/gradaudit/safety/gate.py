@@ -90,7 +90,7 @@ def closure(graph_def, names: list[str]) -> tuple:
 def roots(model, sig) -> list[_Root]:
     """What TensorFlow runs: the audited signature, and for a SavedModel everything its loader runs."""
     graph_def = model.graph_def
-    meta = getattr(model, "meta_graph", None)
+    meta = model.meta_graph
     label = f"signature {sig.key!r}"
     if meta is None:  # a traced function: its whole graph runs
         return [_Root(label, TOP, tuple(graph_def.node))]
@@ -184,10 +184,10 @@ class _Provenance:
         self.model = model
         self.calls: dict[str, list[tuple[str, Any]]] = {}  # function -> (caller, call NodeDef)
         self.nodes: dict[str, dict[str, Any]] = {}
-        meta = getattr(model, "meta_graph", None)
+        meta = model.meta_graph
         self.asset_nodes = {_ref_node(a.tensor_info.name) for a in asset_defs(meta)} if meta else set()
         self.saver_node = _ref_node(meta.saver_def.filename_tensor_name) if meta else None
-        og = getattr(model, "object_graph", None)
+        og = model.object_graph
         self.bound: dict[str, list[int]] = (
             {k: list(cf.bound_inputs) for k, cf in og.concrete_functions.items()} if og is not None else {})
         self.asset_objects = ({i for i, n in enumerate(og.nodes) if n.WhichOneof("kind") == "asset"}
@@ -374,7 +374,7 @@ def _assets_folder(prov: _Provenance, where: str, ref: str) -> bool:
         return False
     pattern = _attr_text(node, "pattern")
     data = [i for i in node.input if not i.startswith("^")]
-    meta = getattr(prov.model, "meta_graph", None)
+    meta = prov.model.meta_graph
     names = [a.filename for a in asset_defs(meta)] if meta is not None else []
     if not (_LITERAL.fullmatch(pattern) and pattern in names and data and prov.is_("asset", where, data[0])):
         return False

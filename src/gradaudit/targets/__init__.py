@@ -10,15 +10,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..model import TargetKind
+
 if TYPE_CHECKING:
     from ..graph.library import Library
     from .saved_model import SignatureGraph, VariableInfo
 
 
 class AuditTarget(Protocol):
+    """What the static pass, the safety gate and the runtime read from a model, whatever its kind."""
+
+    kind: TargetKind
     path: str  # what the report names: the folder, or the Python object's label
     graph_def: Any  # the GraphDef holding the functions (tensorflow.core.framework.graph_pb2.GraphDef)
     library: Library  # its function library, saved gradient functions included
+    # what TensorFlow's SavedModel loader reads besides the graph (its signatures, assets, saver and init op; the
+    # object graph of functions, variables and resources); None for a traced function, which nothing loads
+    meta_graph: Any | None
+    object_graph: Any | None
 
     def signature(self, key: str) -> SignatureGraph:
         """The graph behind one entry point (a signature key or a saved function's name)."""
@@ -26,11 +35,4 @@ class AuditTarget(Protocol):
 
     def all_variables(self) -> list[VariableInfo]:
         """Every variable the model holds, trainable or not, captured by the entry point or not."""
-        ...
-
-    def initializer_roots(self) -> list:
-        """Functions TensorFlow runs at load: (function name, inputs, what it is), for the safety gate."""
-        ...
-
-    def has_assets(self) -> bool:
         ...

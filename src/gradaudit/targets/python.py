@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import GradauditError
 from ..graph.library import Library
+from ..model import TargetKind
 from .saved_model import SignatureGraph, TensorSpec, VariableInfo, closure
 
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
@@ -179,7 +180,7 @@ class Traced:
     """A concrete function and what to call its variables and outputs."""
 
     fn: Any  # ConcreteFunction
-    kind: str  # "python" | "keras"
+    kind: TargetKind  # "python" | "keras"
     label: str
     variable_names: dict[int, VariableInfo]  # id(variable handle) -> what to call the variable
     output_names: list[str] | None
@@ -236,7 +237,7 @@ def _info(v, name: str | None, trainable: bool) -> VariableInfo:
     return VariableInfo(name, bool(trainable), v.dtype.as_datatype_enum, shape)
 
 
-def trace(obj: Any, label: str, input_specs: list | None = None, kind: str = "python") -> Traced:
+def trace(obj: Any, label: str, input_specs: list | None = None, kind: TargetKind = "python") -> Traced:
     """Turn a tf.function, ConcreteFunction, tf.Module, keras.Model (or a no-argument function
     returning one of these) into a Traced concrete function."""
     import tensorflow as tf
@@ -337,7 +338,10 @@ class TracedModel:
 
     def __init__(self, traced: Traced):
         self.traced = traced
+        self.kind: TargetKind = traced.kind
         self.path = traced.label
+        self.meta_graph = None  # nothing loads a traced function: no loader, assets or object graph
+        self.object_graph = None
         self.graph_def = traced.fn.graph.as_graph_def()
         self.library = Library(self.graph_def)
         fdefs, registered = _trace_custom_gradients(traced.fn)
@@ -345,12 +349,6 @@ class TracedModel:
 
     def all_variables(self) -> list[VariableInfo]:
         return self.traced.owner_variables
-
-    def initializer_roots(self) -> list:
-        return []
-
-    def has_assets(self) -> bool:
-        return False
 
     def signature(self, key: str | None = None) -> SignatureGraph:  # one function: no key
         fn = self.traced.fn

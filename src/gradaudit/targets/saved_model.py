@@ -12,7 +12,7 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from ..errors import GradauditError
 from ..graph.library import Library
 from ..graph.validate import RejectedGraph, check_graph, check_object_graph
-from ..model import OpRef
+from ..model import OpRef, TargetKind
 from ..safety.budget import MAX_PARSED_MESSAGES, MAX_TEXT_GRAPH_BYTES, check_count_attrs, read_capped
 from ..safety.protoscan import message_count_bound
 
@@ -133,6 +133,8 @@ KERAS_LAYER_TRACES = frozenset({"call_and_return_conditional_losses", "call_and_
 
 
 class SavedModelFile:
+    kind: TargetKind = "saved_model"
+
     def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
         self.path = path
         self.started = time.monotonic()  # the static pass's deadline counts from here: parsing is part of it
@@ -363,32 +365,6 @@ class SavedModelFile:
                 raise GradauditError(f"signature {key!r} names tensor {spec.tensor!r}, which is not in the graph")
         nodes = closure(self.graph_def, [o.tensor for o in outputs])
         return SignatureGraph(key, inputs, outputs, nodes, None, self._top_level_variables(nodes))
-
-    def initializer_roots(self) -> list[tuple[str, list, str]]:
-        """What runs when the model is loaded: (label, nodes, function) for the init op's top-level
-        nodes and for each resource's creation and initialisation functions (lookup tables)."""
-        roots = []
-        init = self.meta_graph.signature_def.get(INIT_OP_KEY)
-        if init is not None:
-            tensors = [v.name for v in init.outputs.values()]
-            roots.append(("the model initializer (__saved_model_init_op)",
-                          closure(self.graph_def, tensors, True), "<graph>"))
-        nodes = self.object_graph.nodes
-        for node in nodes:
-            if node.WhichOneof("kind") != "resource":
-                continue
-            for child in node.children:
-                if child.local_name in ("_create_resource", "_initialize") and child.node_id < len(nodes):
-                    fn = nodes[child.node_id]
-                    if fn.WhichOneof("kind") == "function":
-                        for name in fn.function.concrete_functions:
-                            if name in self.library.functions:
-                                roots.append((f"a resource initializer ({child.local_name})",
-                                              list(self.library.functions[name].node_def), name))
-        return roots
-
-    def has_assets(self) -> bool:
-        return bool(self.meta_graph.asset_file_def)
 
     def _top_level_variables(self, nodes) -> dict[str, VariableInfo]:
         variables: dict[str, VariableInfo] = {}
