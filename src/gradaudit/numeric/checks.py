@@ -719,7 +719,9 @@ class Checker:
                 f"change with it (finite-difference derivative {est.numeric:.3e} along a random "
                 f"direction, in {self.s.dtype}).", sources=tuple(names), outputs=group.outputs))
             return
-        advice = rules.mismatch_advice(self.s.custom_gradients, self.s.domains.assuming, est.autodiff == 0,
+        on_path = self.s.domains.on_path
+        advice = rules.mismatch_advice(on_path(self.s.custom_gradients, names, outputs),
+                                       on_path(self.s.domains.assuming, names, outputs), est.autodiff == 0,
                                        bool(self.s.given))
         finding = rules.GradientMismatch.finding(
             f"The gradient of {label} with respect to {where} disagrees with finite differences: relative "

@@ -92,7 +92,12 @@ class Uncertain:
 ASSUMING = frozenset({*DISTRIBUTION_LABELS, "SparseSoftmaxCrossEntropyWithLogits", "CTCLoss", "CTCLossV2",
                       "FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel",
                       "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4",
-                      "XlaCallModule"})
+                      "XlaCallModule",
+                      # registered gradients that TensorFlow documents as undefined or wrong at degenerate inputs:
+                      # repeated singular values or eigenvalues, a factor exactly zero, a singular or non-positive
+                      # matrix, a rank-deficient QR
+                      "Svd", "SelfAdjointEigV2", "Eig", "Cumprod", "Qr", "MatrixDeterminant",
+                      "LogMatrixDeterminant", "Cholesky", "MatrixSquareRoot"})
 
 
 # Op types whose forward has a kink or a jump at some inputs (its slope changes there): the only ops that can
@@ -124,6 +129,8 @@ class Domains:
     uncertain: list[Uncertain] = field(default_factory=list)
     # ops of ASSUMING types: where to look first when a gradient without a custom gradient is wrong
     assuming: list[OpRef] = field(default_factory=list)
+    # (sources, outputs) each ASSUMING op and custom-gradient op lies on a path between (empty: not read)
+    reach: dict[OpRef, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
     # the ops with a kink on a forward path; None when the graph was not read (any op may have one)
     kinks: list[Kink] | None = None
 
@@ -137,6 +144,16 @@ class Domains:
             if k.sources & set(sources) and k.outputs & set(outputs):
                 return True, k.op
         return False, None
+
+    def on_path(self, refs: list[OpRef], sources: tuple[str, ...] | list[str],
+                outputs: tuple[str, ...] | list[str]) -> list[OpRef]:
+        """Those of `refs` on a path from `sources` to `outputs`, in their order; when the graph did not tell
+        where some of them lie, those on the path first and all the others after."""
+        on = [r for r in refs
+              if r in self.reach and self.reach[r][0] & set(sources) and self.reach[r][1] & set(outputs)]
+        if all(r in self.reach for r in refs):
+            return on
+        return on + [r for r in refs if r not in on]
 
     def doubtful(self, sources: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str],
                  given: set[str]) -> Uncertain | None:
@@ -155,6 +172,10 @@ def infer(analysis) -> Domains:
     g = analysis.graph
     domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING},
                                       key=lambda r: (r.function, r.op_name)), kinks=[])
+    for node in g.ops.values():
+        if node.ref.op_type in ASSUMING or node.custom_gradient:
+            src, out = analysis.op_masks(node)
+            domains.reach[node.ref] = (frozenset(analysis.source_names(src)), frozenset(analysis.output_names(out)))
     for node in sorted((n for n in g.ops.values() if n.ref.op_type in KINK_OPS),
                        key=lambda n: (n.ref.function, n.ref.op_name)):
         src, out = analysis.op_masks(node)
