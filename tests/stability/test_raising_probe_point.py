@@ -69,3 +69,13 @@ def test_the_raising_probe_point_is_reported_and_the_verdict_is_not_pass(det):
     assert found.op is not None and found.op.op_type == "MatrixDeterminant"
     # the numeric check at the synthesised point still passes: the gradient is right where it runs
     assert [n.status for n in report.numeric if n.scale is None] == ["pass"]
+
+
+def test_a_gradient_the_static_pass_knows_raises_is_one_cause_not_an_instability(audited):
+    """A no-gradient op on the path: TensorFlow raises differentiating the model at every probe point, which
+    is the static pass's GA101 (and the checks' GA204), not an unstable gradient with a stable-form fix."""
+    report = audited("no_gradient_op")
+    rules = {f.rule for f in report.findings}
+    assert "unstable-gradient" not in rules and "no-gradient" in rules
+    assert any("as the static pass found" in n for n in report.notes_of("stability"))
+    assert report.verdict() == "fail"

@@ -146,11 +146,19 @@ def _ladder(prober, analysis, options: StabilityOptions, outcome: StabilityOutco
     findings, outcome.verdicts = ladder_findings(
         ladder.reported, plan.input_sources, hazards_of(analysis), ladder.scales)
     outcome.findings.extend(findings)
-    outcome.findings.extend(_raising_points(ladder.raised, plan, analysis))
-    if ladder.raised:
-        outcome.incomplete.append(
-            f"stability probes could not differentiate the model at {len(ladder.raised)} probe point(s) "
-            f"(first: {ladder.raised[0][0]}: {ladder.raised[0][1]}): nothing was observed there")
+    if not ladder.raised:
+        return
+    expected = [e for e in analysis.flow if e.raises]
+    if expected:  # the static pass found that TensorFlow refuses every gradient of the signature: that finding
+        cut = expected[0].blocked_by[0].op.label if expected[0].blocked_by else "an op on its path"
+        outcome.notes.append(f"Stability probes: TensorFlow raises differentiating the model at every probe point "
+                             f"tried ({len(ladder.raised)}), as the static pass found ({cut} has no usable "
+                             "gradient): nothing else could be observed.")
+    else:
+        outcome.findings.extend(_raising_points(ladder.raised, plan, analysis))
+    outcome.incomplete.append(
+        f"stability probes could not differentiate the model at {len(ladder.raised)} probe point(s) "
+        f"(first: {ladder.raised[0][0]}: {ladder.raised[0][1]}): nothing was observed there")
 
 
 def probe_start(loads, analysis, numeric: NumericOptions):
