@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -303,7 +304,7 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
     plan, options = session.plan, session.options
     dtype = "float64" if use64 else plan.native
     results: list[NumericResult] = []
-    notes: list[str] = []
+    notes: list[str] = _not_given(plan, options)
     variables = []
     for name in plan.variable_sources:
         if name in model.variables:
@@ -341,6 +342,18 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
         failed = _model_error(exc, groups, plan, dtype, _synthesised_structure(plan, options))
         return NumericOutcome(results + failed.results, failed.findings, notes + failed.notes, stopped=failed.stopped)
     return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
+
+
+def _not_given(plan: Plan, options: NumericOptions) -> list[str]:
+    """With --inputs, the signature inputs the file does not hold: synthesised, and said so."""
+    if not options.inputs_file:
+        return []
+    given = given_inputs(options.inputs_file)
+    missing = sorted(n for n in plan.specs if n not in given)
+    if not missing:
+        return []
+    return [f"--inputs {os.path.basename(options.inputs_file)} holds no {', '.join(missing)}: "
+            f"{'it was' if len(missing) == 1 else 'they were'} synthesised as without --inputs."]
 
 
 def _synthesised_structure(plan: Plan, options: NumericOptions) -> list[str]:

@@ -102,6 +102,13 @@ def _ladder_findings(groups, inputs: list[str], hazards: list[Hazard]) -> list[F
     return findings
 
 
+def _where_seen(observed, inputs: list[str]) -> str:
+    """"at input scale(s) 100, 300 (e.g. ...)", or "at the inputs given with --inputs" when only seen there."""
+    if all(o.scale == GIVEN for o in observed):
+        return "at the inputs given with --inputs"
+    return f"at input scale(s) {_scales(observed)} (e.g. {observed[0].where(inputs)})"
+
+
 def _gradient_text(items, inputs: list[str], outputs: tuple[str, ...]) -> str:
     """What non-finite gradients of finite outputs were seen, and where."""
     observed = [o for _, _, o in items]
@@ -110,16 +117,15 @@ def _gradient_text(items, inputs: list[str], outputs: tuple[str, ...]) -> str:
     sources = tuple(dict.fromkeys(s for s, _, _ in items))
     return (f"The gradient{'s' if several else ''} of {named} with respect to {', '.join(sources)} "
             f"{'are' if several else 'is'} {values_text({o.value for o in observed})} while "
-            f"{'those outputs are' if several else f'{named} is'} finite, at input scale(s) "
-            f"{_scales(observed)} (e.g. {observed[0].where(inputs)})")
+            f"{'those outputs are' if several else f'{named} is'} finite, {_where_seen(observed, inputs)}")
 
 
 def _forward_text(observed, inputs: list[str], outputs: tuple[str, ...]) -> str:
     """What non-finite outputs were seen, where, and whether their gradients stayed finite."""
     named = ", ".join(outputs)
     several = len(outputs) > 1
-    text = (f"{named} {'are' if several else 'is'} {values_text({o.value for o in observed})} at input "
-            f"scale(s) {_scales(observed)} (e.g. {observed[0].where(inputs)})")
+    text = f"{named} {'are' if several else 'is'} {values_text({o.value for o in observed})} " + _where_seen(
+        observed, inputs)
     if not any(o.gradient for o in observed):
         text += f"; {'their gradients stay' if several else 'its gradient stays'} finite there"
     return text
