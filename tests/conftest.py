@@ -44,3 +44,36 @@ def audited(samples):
 def static_report(audited):
     """static_report(name) -> Report of the static pass only on that sample model (cached)."""
     return lambda name, **options: audited(name, static_only=True, **options)
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_in_the_slow_tier(request, monkeypatch):
+    """The quick tier (`-m "not slow"`) starts no process: a test that does (the confined child of a default
+    audit, a `gradaudit` subprocess, a compiler, a browser) is marked `slow` or `browser`, or it fails here and
+    says so. The run folder's reaper (a bare `python -I -S -c`, no import) is not counted."""
+    marked = {m.name for m in request.node.iter_markers()}
+    if marked & {"slow", "browser"}:
+        yield
+        return
+    import subprocess
+
+    started: list[str] = []
+    real = subprocess.Popen.__init__
+
+    def counting(self, args, *rest, **kwargs):
+        argv = [args] if isinstance(args, str) else [str(a) for a in args]
+        if argv[1:4] != ["-I", "-S", "-c"]:  # the run folder's reaper (interrupt.py): no import, a few ms
+            started.append(" ".join(argv)[:120])
+        return real(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", counting)
+    yield
+    if started:
+        pytest.fail(f"this test starts a process ({started[0]}): mark it @pytest.mark.slow", pytrace=False)
+
+
+def pytest_collection_modifyitems(items):
+    """A browser test starts Chromium: it is in the slow tier too (`-m "not slow"` leaves it out)."""
+    for item in items:
+        if item.get_closest_marker("browser") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)

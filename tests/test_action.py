@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # each test runs the action's shell steps
+
 REPO = Path(__file__).resolve().parents[1]
 ACTION = yaml.safe_load((REPO / "action.yml").read_text())
 STEPS = {s["name"]: s for s in ACTION["runs"]["steps"]}

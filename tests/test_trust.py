@@ -25,6 +25,7 @@ def slow_model(tmp_path_factory) -> str:
     return save_slow_model(str(tmp_path_factory.mktemp("slow") / "slow"))
 
 
+@pytest.mark.slow  # runs the model in the child
 def test_timeout_is_incomplete_never_a_pass(slow_model):
     report = audit_saved_model(slow_model, AuditOptions(timeout=2.0))
     assert not report.findings and {e.status for e in report.flow} == {"connected"}  # static part intact

@@ -157,6 +157,7 @@ def test_dropout_is_nondeterministic_not_a_mismatch(models):
     assert "RandomUniform" in finding.message and finding.outputs == ("y",)
 
 
+@pytest.mark.slow  # starts a process (the confined child)
 def test_pyfunc_model_gives_error_with_reason(tmp_path):
     # Saved in another process: in this one the Python callback would still be registered.
     import builders

@@ -76,6 +76,7 @@ def test_full_run_never_writes_into_the_model(samples, tmp_path, name):
     assert tree_digest(copy) == before
 
 
+@pytest.mark.slow  # runs the model in the child
 def test_timeout_not_reached_gives_the_child_results(samples):
     report = audit_saved_model(os.path.join(samples, "wrong_custom_gradient_2x"), AuditOptions(timeout=300.0))
     # the check at the synthesised point (the probe points' checks follow it, some inconclusive at 2x)

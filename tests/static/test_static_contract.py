@@ -148,6 +148,7 @@ def test_version_rules_explain(runner):
     assert code == 2 and "no rule" in err
 
 
+@pytest.mark.slow  # starts a process (the confined child)
 def test_inputs_that_do_not_fit_the_signature_exit_2(runner, samples, tmp_path):
     import numpy as np
 

@@ -143,6 +143,7 @@ def test_console_script_imports_modules_of_the_working_folder():
     assert json.loads(proc.stdout)["findings"][0]["rule"] == "zero-gradient"
 
 
+@pytest.mark.slow  # starts a gradaudit process
 @pytest.mark.parametrize("target,message", [
     ("no_such_module_xyz:f", "module not found"),
     ("example_models:missing", "has no attribute"),

@@ -165,6 +165,16 @@ class Domains:
         return None
 
 
+def _suspects_reach(analysis) -> dict[OpRef, tuple[frozenset[str], frozenset[str]]]:
+    """(sources, outputs) that each ASSUMING op and each custom-gradient op lies between."""
+    reach = {}
+    for node in analysis.graph.ops.values():
+        if node.ref.op_type in ASSUMING or node.custom_gradient:
+            src, out = analysis.op_masks(node)
+            reach[node.ref] = (frozenset(analysis.source_names(src)), frozenset(analysis.output_names(out)))
+    return reach
+
+
 def infer(analysis) -> Domains:
     """Domains of the signature inputs of a finished StaticAnalysis (empty without one)."""
     if analysis is None or getattr(analysis, "graph", None) is None:
@@ -172,10 +182,7 @@ def infer(analysis) -> Domains:
     g = analysis.graph
     domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING},
                                       key=lambda r: (r.function, r.op_name)), kinks=[])
-    for node in g.ops.values():
-        if node.ref.op_type in ASSUMING or node.custom_gradient:
-            src, out = analysis.op_masks(node)
-            domains.reach[node.ref] = (frozenset(analysis.source_names(src)), frozenset(analysis.output_names(out)))
+    domains.reach.update(_suspects_reach(analysis))
     for node in sorted((n for n in g.ops.values() if n.ref.op_type in KINK_OPS),
                        key=lambda n: (n.ref.function, n.ref.op_name)):
         src, out = analysis.op_masks(node)
