@@ -148,10 +148,11 @@ class Domains:
     def on_path(self, refs: list[OpRef], sources: tuple[str, ...] | list[str],
                 outputs: tuple[str, ...] | list[str]) -> list[OpRef]:
         """Those of `refs` on a path from `sources` to `outputs`, in their order; when the graph did not tell
-        where some of them lie, those on the path first and all the others after."""
-        on = [r for r in refs
-              if r in self.reach and self.reach[r][0] & set(sources) and self.reach[r][1] & set(outputs)]
-        if all(r in self.reach for r in refs):
+        where some of them lie (a custom gradient's op may reach no output by the static masks), those on the
+        path first and all the others after."""
+        known = {r for r in refs if r in self.reach and all(self.reach[r])}  # both ends read from the graph
+        on = [r for r in refs if r in known and self.reach[r][0] & set(sources) and self.reach[r][1] & set(outputs)]
+        if len(known) == len(set(refs)):
             return on
         return on + [r for r in refs if r not in on]
 
