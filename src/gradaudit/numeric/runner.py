@@ -268,18 +268,23 @@ class Runner:
 
 @contextmanager
 def graphs_as_written() -> Iterator[None]:
-    """Grappler off while the audit runs the model, and as it was after. Each function the audit traces
-    runs a handful of times, so optimising it costs more than it saves (a ResNet50's gradient graph: about
-    2 s each, a few times per audit), and the ops that run are the ones the graph holds, the ones findings
-    name. Functions instantiated before keep their optimisations."""
+    """Grappler and TensorFloat-32 off while the audit runs the model, and as they were after. Each function the
+    audit traces runs a handful of times, so optimising it costs more than it saves (a ResNet50's gradient
+    graph: about 2 s each, a few times per audit), and the ops that run are the ones the graph holds, the ones
+    findings name. Functions instantiated before keep their optimisations."""
     import tensorflow as tf
 
     before = bool(tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False))
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    # TensorFloat-32 (on by default on Ampere and newer GPUs) computes float32 matmuls and convolutions with a
+    # 10-bit mantissa: about 1e-3 relative, far above what float32 differences resolve. Off for the checks.
+    tf.config.experimental.enable_tensor_float_32_execution(False)
     try:
         yield
     finally:
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
 
 
 class UncutDerivative:
