@@ -14,6 +14,9 @@ CheckStatus = Literal["pass", "fail", "inconclusive", "skipped", "error"]
 ProbeStatus = Literal["ok", "nonfinite_gradient", "nonfinite_forward"]
 TargetKind = Literal["saved_model", "python", "keras"]
 
+# the `source` of a numeric check of the trainable variables together
+ALL_VARIABLES = "*"
+
 
 class Severity(str, enum.Enum):
     INFO = "info"

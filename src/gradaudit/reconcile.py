@@ -19,12 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .model import Finding, NumericResult, OpRef, Report, Severity
+from .model import ALL_VARIABLES, Finding, NumericResult, OpRef, Report, Severity
 from .results import Gate, HazardVerdict, Note, RuntimeResult, StaticResult
 from .rules import get_rule
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "double"})
-ALL_VARIABLES = "*"  # a numeric check of every trainable variable at once (numeric.ALL_VARIABLES)
 
 
 def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = None) -> Report:

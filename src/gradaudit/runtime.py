@@ -261,9 +261,6 @@ class _SavedCopy:
 def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions) -> ProbePart:
     """Stability probes and --order 2 run on the saved copy; results come back under the traced graph's names,
     and the copy's hazard verdicts as verdicts on the traced graph's own lints (same rule, same op name)."""
-    from .reconcile import judge_hazards
-    from .results import HazardVerdict
-
     copy = saved.get()
     if copy is None:
         return ProbePart(notes=(f"stability probes not run: {saved.why}",))
@@ -278,11 +275,10 @@ def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions
             fields = {"source": rename.get(item.source, item.source), "output": rename.get(item.output, item.output)}
         return replace(item, **fields)
 
-    judged = {(f.rule, f.op.op_name): f for f in judge_hazards(list(copy.findings), tuple(outcome.verdicts))
-              if f.op and (f.confirmed_by or f.probed)}
-    verdicts = tuple(HazardVerdict(*HazardVerdict.key_of(f), confirmed_by=judged[f.rule, f.op.op_name].confirmed_by,
-                                   probed=judged[f.rule, f.op.op_name].probed)
-                     for f in static.findings if f.op and (f.rule, f.op.op_name) in judged)
+    # the copy's verdicts on the traced graph's lints of the same code and op name (its functions are named apart)
+    by_op = {(v.code, v.op.op_name): v for v in outcome.verdicts if v.op and (v.confirmed_by or v.probed)}
+    verdicts = tuple(replace(by_op[f.code, f.op.op_name], op=f.op, sources=f.sources, outputs=f.outputs)
+                     for f in static.findings if f.op and (f.code, f.op.op_name) in by_op)
     part = _probe_part(outcome)
     # the copy's own numeric checks do not run: its numeric rows are the probe points' and second order's
     return replace(part, results=tuple(renamed(s) for s in part.results),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .errors import GradauditError, InternalError
@@ -45,16 +46,11 @@ def run_static(model: AuditTarget, sig: SignatureGraph, target: Target) -> Stati
     result = StaticResult(target=target, sources=tuple(analysis.sources), outputs=tuple(analysis.outputs),
                           flow=tuple(analysis.flow), findings=(), paths=(),
                           notes=tuple(Note("static", n) for n in analysis.notes), analysis=analysis, model=model)
-    findings = _rules_check(analysis, result)
-    return StaticResult(target=target, sources=result.sources, outputs=result.outputs, flow=result.flow,
-                        findings=tuple(findings), paths=tuple(blocked_paths(analysis)), notes=result.notes,
-                        analysis=analysis, model=model)
+    return replace(result, findings=tuple(_rules_check(analysis, result)), paths=tuple(blocked_paths(analysis)))
 
 
 def _rules_check(analysis: StaticAnalysis, partial: StaticResult) -> list[Finding]:
     """Every static rule family; a rule that raises is gradaudit's bug, not the model's."""
-    from dataclasses import replace
-
     from .reconcile import reconcile
     from .results import Gate
     from .static import STATIC_CHECKS

@@ -13,11 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Finding, FlowEntry, NumericResult, Output, Source
+from ..model import ALL_VARIABLES, Finding, FlowEntry, NumericResult, Output, Source
 
 __all__ = ["ALL_VARIABLES", "NumericOptions", "NumericOutcome", "NumericTask", "run_numeric", "run_numeric_function"]
 
-ALL_VARIABLES = "*"  # result `source` for the trainable variables checked together
 
 
 @dataclass(frozen=True)

@@ -770,15 +770,15 @@ class Checker:
         """The variables' difference is wholly the surrogate gradient of some of them (bisection found them flat
         along their directions, nothing failing): a GA203 as outside a module, and a pass when the others agree
         (inconclusive when they could not be decided)."""
-        names = [n for idx, _ in sorted(split.surrogates, key=lambda item: item[0]) for n in self._variable_names(idx)]
-        flat = split.surrogates[0][1]
+        finding = self._split_surrogate_finding(group, split)
+        names, flat = list(finding.sources), split.surrogates[0][1]
         said = (f"the difference from finite differences (rel. error {est.rel_error:.1e}) is the surrogate gradient "
                 f"of {', '.join(names)}: the forward is flat along {'its' if len(names) == 1 else 'their'} "
                 f"direction (numeric derivative {flat.numeric:.2e}) while the gradient is not ({flat.autodiff:.2e})")
         rest = ("; the other variables could not be decided" if split.undecided else "; the other variables agree")
         self.results.append(result("inconclusive" if split.undecided else "pass", said + rest, e=est,
                                    evals=evaluations))
-        self.findings.append(self._split_surrogate_finding(group, split))
+        self.findings.append(finding)
 
     def _split_surrogate_finding(self, group: Group, split: Bisection) -> Finding:
         names = [n for idx, _ in sorted(split.surrogates, key=lambda item: item[0]) for n in self._variable_names(idx)]

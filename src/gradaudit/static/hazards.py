@@ -3,11 +3,10 @@ functions it uses (the probes confirm or clear them); GA310-GA321 come from the 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..model import Finding, OpRef, Severity
+from ..model import Finding, OpRef
 from ..rules.base import Rule
 from ..rules.hazards import (
     Log1pExp,
@@ -32,19 +31,6 @@ class Hazard:
 
     def finding(self) -> Finding:
         return self.rule.finding(self.message, op=self.op, sources=self.sources, outputs=self.outputs)
-
-
-def confirmed(finding: Finding, evidence: str) -> Finding:
-    """The lint's finding once a stability probe reached the bad region and saw it fail there."""
-    return dataclasses.replace(finding, severity=Severity.ERROR, confirmed_by=evidence,
-                               message=f"{finding.message}. Confirmed by the stability probes: {evidence}.")
-
-
-def unconfirmed(finding: Finding, probed: str) -> Finding:
-    """The lint's finding when the stability probes reached its op's inputs (`probed`: where) and saw
-    nothing go wrong there: info, not a warning. A --static-only run keeps the warning."""
-    return dataclasses.replace(finding, severity=Severity.INFO, probed=probed,
-                               message=f"{finding.message}. Not confirmed by the stability probes ({probed})")
 
 
 def check(analysis) -> list[Finding]:
