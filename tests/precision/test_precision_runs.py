@@ -129,18 +129,47 @@ def test_the_own_point_is_not_run_again_where_the_rung_at_1_is_it(mixed_model, t
                 again.entries, again.underflow, again.largest, again.smallest, again.loss_scale)
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
 def test_where_the_frozen_graph_cannot_be_differentiated_the_runner_gives_the_same_results(mixed_model, tmp_path,
-                                                                                          monkeypatch):
-    together = table(audit(mixed_model, tmp_path, probe_scales=(1.0, 1e2)))
+                                                                                          monkeypatch, when):
+    """TensorFlow refuses before adding a gradient op, or after (the graph changed: the forward runs on a copy)."""
+    together = audit(mixed_model, tmp_path, probe_scales=(1.0, 1e2))
+    build = precision.FrozenRuns.with_gradients
 
     def refuse(self, sources, u):
-        self._gradients = ({}, [], [])  # half built: the fallback must not run on this copy
+        if when == "after":
+            build(self, sources, u)
         raise LookupError("No gradient defined for operation 'x'")
 
     calls = counting(monkeypatch)
     monkeypatch.setattr(precision.FrozenRuns, "with_gradients", refuse)
     apart = audit(mixed_model, tmp_path, probe_scales=(1.0, 1e2))
     assert calls == {"together": 0, "apart": 3}
-    assert apart.precision and table(apart) == together
-    assert [f.code for f in apart.findings] == [f.code for f in audit(mixed_model, tmp_path,
-                                                                      probe_scales=(1.0, 1e2)).findings]
+    assert apart.precision and table(apart) == table(together)
+    assert [f.code for f in apart.findings] == [f.code for f in together.findings]
+    assert apart.incomplete == together.incomplete
+
+
+class Loop(tf.Module):
+    """A While loop: TensorFlow cannot run the frozen copy of its graph, the gradients come from the Runner."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(np.full(4, 0.5, np.float32), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        _, y = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * self.w + 1.0), (tf.constant(0), x))
+        return {"y": y}
+
+
+def test_a_point_run_again_where_the_forward_side_failed_says_so_once(tmp_path):
+    module = Loop()
+    path = tmp_path / "model"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.__call__})
+    report = audit(path, tmp_path, x=X / 2, probe_scales=(1.0,))  # the rung at 1 is the own point
+    (line,) = [line for line in report.incomplete if line.startswith("--precision float16")]
+    assert "ops' outputs were not checked" in line
+    rows = table(report)
+    assert {(k, n) for k, n, _ in rows} == {("gradient", "x"), ("gradient", "w")}
+    assert {s for _, _, s in rows} == {None, 1.0}

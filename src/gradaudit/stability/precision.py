@@ -143,6 +143,7 @@ class FrozenRuns(Forensics):
         super().__init__(fn, analysis.graph, analysis.gradient_functions)
         self._failed: Exception | None = None  # why the graph could not be frozen, raised again on each use
         self._gradients: tuple[dict, list[str], list] | None = None  # (u placeholders, sources, gradient tensors)
+        self._differentiated = False  # gradient ops were added to the graph (or TensorFlow began to add them)
 
     def _build(self) -> None:
         if self._failed is not None:
@@ -155,8 +156,14 @@ class FrozenRuns(Forensics):
 
     @property
     def pristine(self) -> bool:
-        """Whether the frozen graph holds no gradient op yet (never built, or never differentiated)."""
-        return self._gradients is None
+        """Whether the frozen graph holds no gradient op (never built, or never differentiated): its forward
+        runs are those of a frozen graph without them."""
+        return not self._differentiated
+
+    @property
+    def ready(self) -> bool:
+        """Whether the gradient ops are built (`with_gradients`)."""
+        return self._gradients is not None
 
     def with_gradients(self, sources: tuple, u: dict[str, np.ndarray]) -> None:
         """Add the gradients of u·f (u fed at each run) by the input sources and the variables, `sources` =
@@ -170,6 +177,7 @@ class FrozenRuns(Forensics):
         constant = {id(h): t.op.name for h, t in zip(self.fn.captured_inputs, self.fn.graph.internal_captures)}
         xs = [self._inputs[n] for n in inputs]
         xs += [self._graph.get_tensor_by_name(f"{constant[id(v.handle)]}:0") for _, v in variables]
+        self._differentiated = True
         with self._graph.as_default():
             us = {o: tf.compat.v1.placeholder(tf.float64, shape=np.shape(u[o])) for o in outputs}
             phi = tf.add_n([tf.reduce_sum(tf.cast(self._outputs[o], tf.float64) * us[o]) for o in outputs])
@@ -212,9 +220,9 @@ class PointRuns:
         """(gradients by source as float64 arrays, the ops' float values (`Forensics.float_values`), why those
         could not be computed or None); with `forward` False (the ops' outputs are not checked any more) the
         values are not asked for. Raises ModelError when the loaded model cannot be differentiated there."""
-        for seen, result in self._done:
+        for seen, (grads, values, failed) in self._done:
             if _same_point(seen, point):
-                return result
+                return (grads, values, failed) if forward else (grads, [], None)
         together = self._together(point) if self.together else None
         result = self._apart(point, forward) if together is None else together
         self._done.append((point, result))
@@ -226,7 +234,7 @@ class PointRuns:
         frozen = self.frozen
         assert isinstance(frozen, FrozenRuns)
         try:
-            if frozen.pristine:
+            if not frozen.ready:
                 frozen.with_gradients(self.sources, self.u)
             grads, values = frozen.values_and_gradients(point, self.u)
         except Exception:  # noqa: BLE001 - the frozen graph may refuse what the loaded model does; the Runner decides
