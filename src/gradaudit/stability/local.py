@@ -45,7 +45,7 @@ _NOTHING = frozenset({
 _CALLS = CONTROL_FLOW | {"PartitionedCall", "StatefulPartitionedCall", "XlaCallModule", "PyFunc", "EagerPyFunc",
                          "PyFuncStateless"}
 # Fed values per chunk of the check graph (float64 bytes): a large model's weights are checked a chunk at a time.
-CHUNK_BYTES = 64 << 20
+CHUNK_BYTES = 256 << 20
 # How far from the recorded values (relative to their magnitude) an op that sits on its kink there is checked again.
 NEARBY = 1e-3
 # Ops linear (or bilinear) in their float inputs: their registered gradient is a formula of shapes and attributes,
@@ -167,12 +167,19 @@ def _shape_key(op) -> tuple:
 class LocalChecker:
     """The local checks of one frozen graph (a stability.forensics.Forensics), at points fed to it."""
 
-    def __init__(self, forensics, rng: np.random.Generator, progress: Callable[[str], None] | None = None):
+    def __init__(self, forensics, rng: np.random.Generator, progress: Callable[[str], None] | None = None,
+                 analysis=None, value_free: bool = True):
+        """`analysis`: the static pass's StaticAnalysis; with it, only ops on a gradient path from a source to an
+        output are checked (a batch norm's moving statistics are not). `value_free`: also check the ops linear in
+        their inputs (once per type, attributes and shapes); False at a probe point, where their gradient is the
+        formula already checked at the numeric checks' point."""
         self.forensics = forensics
+        self.analysis, self.value_free = analysis, value_free
         self.rng = rng
         self.progress = progress or (lambda _m: None)
         self._f64: dict[tuple, bool] = {}
         self.shared: dict[str, int] = {}
+        self._nodes: dict[OpRef, Any] | None = None
 
     # -- which ops ------------------------------------------------------------------------------
     def _ops(self, outcome: LocalOutcome) -> tuple[list[Any], list[Any]]:
@@ -187,6 +194,8 @@ class LocalChecker:
         for op in f._ops:  # noqa: SLF001
             floats_in = [t for t in op.inputs if _is_float(t)]
             if not floats_in or not any(_is_float(t) for t in op.outputs) or op.type in _NOTHING:
+                continue
+            if not self._on_path(op) or (op.type in VALUE_FREE and not self.value_free):
                 continue
             if op.type in _CALLS:
                 outcome.unchecked.append((f._ref(op), f"{op.type} holds ops of its own that are not checked one by "  # noqa: SLF001
@@ -203,6 +212,19 @@ class LocalChecker:
                     self.shared[op.name] = 1
                 plain.append(op)
         return plain, custom
+
+    def _on_path(self, op) -> bool:
+        """The static pass puts the op on a gradient path from a source to an output (an op it has no node for
+        counts as on one)."""
+        if self.analysis is None:
+            return True
+        if self._nodes is None:
+            self._nodes = {n.ref: n for n in self.analysis.graph.ops.values()}
+        node = self._nodes.get(self.forensics._ref(op))  # noqa: SLF001
+        if node is None:
+            return True
+        src, out = self.analysis.op_masks(node, grad=True)
+        return bool(src and out)
 
     # -- the checks -----------------------------------------------------------------------------
     def run(self, feed: dict[str, np.ndarray]) -> LocalOutcome:
@@ -590,7 +612,7 @@ def run_local(loads, analysis, point: dict[str, np.ndarray], seed: int,
     from ..errors import raised_by_tensorflow
     from ..numeric.runner import describe
 
-    checker = LocalChecker(shared_forensics(loads, analysis), np.random.default_rng([seed, 7]), progress)
+    checker = LocalChecker(shared_forensics(loads, analysis), np.random.default_rng([seed, 7]), progress, analysis)
     try:
         return checker.run(point)
     except Exception as exc:

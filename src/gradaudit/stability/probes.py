@@ -474,8 +474,8 @@ class Prober:
         from . import local
 
         point = self.point(tuple(inputs), scale, sign)
-        outcome = local.LocalChecker(self.forensics, np.random.default_rng([self.seed, 9, int(scale * 1e3), sign + 1])
-                                     ).run(point)
+        rng = np.random.default_rng([self.seed, 9, int(scale * 1e3), sign + 1])
+        outcome = local.LocalChecker(self.forensics, rng, analysis=self.analysis, value_free=False).run(point)
         self.local_checks.extend(replace(c, scale=sign * scale) for c in outcome.checks)
         where = f"inputs × {sign * scale:g} (stability probes, local checks)"
         self.mismatches.extend(replace(f, message=f"At the probe point {where}: {f.message}")
