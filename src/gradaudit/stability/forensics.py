@@ -143,7 +143,10 @@ class Forensics:
     def _bind(self, op, op_type: str, capture):
         """The tensor of this graph holding what `capture` holds in the loaded forward function: an input
         of the custom-gradient op, or the tensor of the same name under the op's call prefix."""
-        forward = capture.graph
+        try:
+            forward = capture.graph
+        except AttributeError:  # an eager tensor the gradient function captured: a constant, or a variable's handle
+            return self._constant(capture)
         parts = op.name.split("/")
         for k in range(len(parts)):
             local = "/".join(parts[k:])
@@ -163,6 +166,16 @@ class Forensics:
             except (KeyError, ValueError):
                 return None
         return None
+
+    def _constant(self, capture):
+        """An eager value a custom gradient captured, as a constant of this graph; None for a resource (a variable's
+        handle: the frozen graph has no variables to hand it)."""
+        import tensorflow as tf
+
+        if capture.dtype == tf.resource or capture.dtype == tf.variant:
+            return None
+        with self._graph.as_default():
+            return tf.constant(capture.numpy(), dtype=capture.dtype)
 
     def _call_custom(self, func, captures, op, *grads):
         import tensorflow as tf

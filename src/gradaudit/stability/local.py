@@ -195,13 +195,14 @@ class LocalChecker:
             floats_in = [t for t in op.inputs if _is_float(t)]
             if not floats_in or not any(_is_float(t) for t in op.outputs) or op.type in _NOTHING:
                 continue
+            if _custom(op):  # a gradient somebody wrote: always checked (the static masks of a custom
+                custom.append(op)  # gradient's IdentityN need not reach an output by value)
+                continue
             if not self._on_path(op) or (op.type in VALUE_FREE and not self.value_free):
                 continue
             if op.type in _CALLS:
                 outcome.unchecked.append((f._ref(op), f"{op.type} holds ops of its own that are not checked one by "  # noqa: SLF001
                                           "one here"))
-            elif _custom(op):
-                custom.append(op)
             elif _has_gradient(op) and not any(t.dtype.name == "resource" for t in op.inputs):
                 key = _shape_key(op) if op.type in VALUE_FREE else None
                 if key is not None and key in seen:
