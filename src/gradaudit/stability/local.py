@@ -156,6 +156,11 @@ def _float64_kernel(op) -> bool:
     return False
 
 
+def _value_free(op) -> bool:
+    """Linear or bilinear in its float inputs (an einsum of three operands is not: one step is not exact there)."""
+    return op.type in VALUE_FREE and (op.type != "Einsum" or sum(_is_float(t) for t in op.inputs) <= 2)
+
+
 def _shape_key(op) -> tuple:
     """What a value-free op's gradient depends on: its type, attributes and input shapes and dtypes."""
     attrs = tuple(sorted((k, v.SerializeToString(deterministic=True)) for k, v in op.node_def.attr.items()
@@ -198,13 +203,13 @@ class LocalChecker:
             if _custom(op):  # a gradient somebody wrote: always checked (the static masks of a custom
                 custom.append(op)  # gradient's IdentityN need not reach an output by value)
                 continue
-            if not self._on_path(op) or (op.type in VALUE_FREE and not self.value_free):
+            if not self._on_path(op) or (_value_free(op) and not self.value_free):
                 continue
             if op.type in _CALLS:
                 outcome.unchecked.append((f._ref(op), f"{op.type} holds ops of its own that are not checked one by "  # noqa: SLF001
                                           "one here"))
             elif _has_gradient(op) and not any(t.dtype.name == "resource" for t in op.inputs):
-                key = _shape_key(op) if op.type in VALUE_FREE else None
+                key = _shape_key(op) if _value_free(op) else None
                 if key is not None and key in seen:
                     self.shared[seen[key]] += 1
                     continue
@@ -261,9 +266,13 @@ class LocalChecker:
         return [c for c in chunks if c]
 
     def _direction(self, x: np.ndarray) -> np.ndarray:
-        scale = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if x.size else 0.0
-        d = self.rng.standard_normal(x.shape, dtype=np.float32).astype(np.float64)
-        return d * (scale if scale > 0 and math.isfinite(scale) else 1.0)
+        """A random direction scaled element by element to the value it moves (plus the typical magnitude), so that
+        a relative step moves every entry in its own regime: an attention mask's -1e9 beside logits of order 1."""
+        a = np.abs(x, dtype=np.float64) if x.dtype != np.float64 else np.abs(x)
+        typical = float(np.median(a)) if a.size else 0.0
+        floor = typical if typical > 0 and math.isfinite(typical) else (float(a.max()) if a.size and a.max() > 0
+                                                                         else 1.0)
+        return self.rng.standard_normal(x.shape, dtype=np.float32).astype(np.float64) * (a + floor)
 
     def _item(self, op, values: dict[str, np.ndarray], kind, dtype: str, moved: list[int]) -> _Item | None:
         x = [np.asarray(values[op.inputs[i].name], np.float64) for i in moved]
@@ -280,7 +289,7 @@ class LocalChecker:
         with graph.as_default():
             feeds, phis = [], []
             for k, op in enumerate(ops):
-                exact = op.type in VALUE_FREE
+                exact = _value_free(op)
                 dtype = "float64" if not exact and self._upcast(op) else op.outputs[0].dtype.name
                 moved = [i for i, t in enumerate(op.inputs) if _is_float(t)]
                 item = self._item(op, values, "op", dtype, moved)
@@ -440,7 +449,7 @@ class LocalChecker:
         ins = [op.inputs[i] for i in it.moved]
         with f._graph.as_default():  # noqa: SLF001
             phi_t = _projection(outs, 0)
-            grads = [tf.cast(g, tf.float64) if g is not None else None for g in tf.gradients(phi_t, ins)]
+            grads = [_dense64(g) if g is not None else None for g in tf.gradients(phi_t, ins)]
         f._stale()  # noqa: SLF001
 
         def at(t: float) -> dict:
@@ -551,9 +560,15 @@ def _gradients(items: list[_Item], feeds: list[list[Any]], phis: list[Any]) -> l
         for j, g in enumerate(mine):
             if g is None:
                 it.d[j] = np.zeros_like(it.d[j])
-        grads.append([tf.cast(g, tf.float64) if g is not None else tf.zeros_like(p, tf.float64)
-                      for g, p in zip(mine, ps)])
+        grads.append([_dense64(g) if g is not None else tf.zeros_like(p, tf.float64) for g, p in zip(mine, ps)])
     return grads
+
+
+def _dense64(g):
+    """A gradient as a dense float64 tensor (a gather's gradient is IndexedSlices)."""
+    import tensorflow as tf
+
+    return tf.cast(tf.convert_to_tensor(g), tf.float64)
 
 
 def _projection(outputs: list, k: int):
