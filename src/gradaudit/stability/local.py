@@ -266,20 +266,28 @@ class LocalChecker:
         return [c for c in chunks if c]
 
     def _direction(self, x: np.ndarray) -> np.ndarray:
-        """A random direction scaled element by element to the value it moves (plus the typical magnitude), so that
-        a relative step moves every entry in its own regime: an attention mask's -1e9 beside logits of order 1."""
-        a = np.abs(x, dtype=np.float64) if x.dtype != np.float64 else np.abs(x)
-        typical = float(np.median(a)) if a.size else 0.0
-        floor = typical if typical > 0 and math.isfinite(typical) else (float(a.max()) if a.size and a.max() > 0
-                                                                         else 1.0)
-        return self.rng.standard_normal(x.shape, dtype=np.float32).astype(np.float64) * (a + floor)
+        """A random direction in x's dtype, scaled entry by entry to the value it moves (plus the typical magnitude,
+        the median of a sample), so that a relative step moves every entry in its own regime: an attention mask's
+        -1e9 beside logits of order 1."""
+        a = np.abs(x)
+        flat = a.reshape(-1)
+        sample = flat if flat.size <= 65536 else flat[self.rng.integers(0, flat.size, 65536)]
+        typical = float(np.median(sample)) if sample.size else 0.0
+        if not (typical > 0 and math.isfinite(typical)):
+            typical = float(flat.max()) if flat.size and np.isfinite(flat.max()) and flat.max() > 0 else 1.0
+        a += x.dtype.type(typical)
+        a *= self.rng.standard_normal(x.shape, dtype=np.float32).astype(x.dtype, copy=False)
+        return a
 
-    def _item(self, op, values: dict[str, np.ndarray], kind, dtype: str, moved: list[int]) -> _Item | None:
-        x = [np.asarray(values[op.inputs[i].name], np.float64) for i in moved]
+    def _item(self, op, values: dict[str, np.ndarray], kind, dtype: str, moved: list[int],
+              exact: bool = False) -> _Item | None:
+        """The op under check at its recorded values: float64 copies of them, or (`exact`, a value-free op checked
+        in its own dtype) the recorded arrays themselves."""
+        x = [np.asarray(values[op.inputs[i].name], None if exact else np.float64) for i in moved]
         if any(not np.all(np.isfinite(a)) for a in x):
             return None
         outputs = frozenset(t.name for t in self.forensics._outputs.values())  # noqa: SLF001
-        return _Item(op, moved, x, [self._direction(a) for a in x], _consumed(op, outputs), dtype, kind)
+        return _Item(op, moved, x, [self._direction(a) for a in x], _consumed(op, outputs), dtype, kind, exact=exact)
 
     def _check_plain(self, ops: list[Any], values: dict[str, np.ndarray], outcome: LocalOutcome) -> None:
         import tensorflow as tf
@@ -292,10 +300,9 @@ class LocalChecker:
                 exact = _value_free(op)
                 dtype = "float64" if not exact and self._upcast(op) else op.outputs[0].dtype.name
                 moved = [i for i, t in enumerate(op.inputs) if _is_float(t)]
-                item = self._item(op, values, "op", dtype, moved)
+                item = self._item(op, values, "op", dtype, moved, exact)
                 if item is None or not item.outputs:
                     continue
-                item.exact = exact
                 built = _copy_op(op, k, values, item, dtype)
                 if built is None:
                     outcome.unchecked.append((self.forensics._ref(op), "it cannot be copied on its own"))  # noqa: SLF001
@@ -315,7 +322,7 @@ class LocalChecker:
                 for j in which:
                     it = items[j]
                     for p, x, d in zip(feeds[j], it.x, it.d):
-                        feed[p] = (x + t * d).astype(p.dtype.as_numpy_dtype)
+                        feed[p] = np.asarray(x + t * d, dtype=p.dtype.as_numpy_dtype)
                 outcome.runs += 1
                 return [float(v) for v in session.run([phis[j] for j in which], feed)]
 
@@ -326,7 +333,7 @@ class LocalChecker:
                 outcome.runs += 1
                 for j, (phi0, g) in zip(which, got):
                     it = items[j]
-                    it.g = [np.zeros_like(x) if gi is None else np.asarray(gi, np.float64) for gi, x in zip(g, it.x)]
+                    it.g = [np.zeros_like(x) if gi is None else np.asarray(gi) for gi, x in zip(g, it.x)]
                     _start_line(it, float(phi0))
 
             every = list(range(len(items)))
@@ -495,10 +502,22 @@ def _floor(dtype: str) -> float:
     return floor_for(dtype)
 
 
+def _dot64(g: np.ndarray, d: np.ndarray) -> tuple[float, float]:
+    """(sum(g·d), sum(|g·d|)) accumulated in float64, a million entries at a time (no float64 copy of a large
+    weight)."""
+    g, d = g.reshape(-1), d.reshape(-1)
+    total = magnitude = 0.0
+    for i in range(0, g.size, 1 << 20):
+        p = g[i:i + (1 << 20)].astype(np.float64) * d[i:i + (1 << 20)]
+        total += float(np.sum(p))
+        magnitude += float(np.sum(np.abs(p)))
+    return total, magnitude
+
+
 def _start_line(it: _Item, phi0: float) -> None:
     """The line of `it` from its recorded point: <g, d> its gradient's slope, the terms' magnitude its scale."""
-    autodiff = float(sum(np.sum(g * d) for g, d in zip(it.g, it.d)))
-    scale = float(sum(np.sum(np.abs(g * d)) for g, d in zip(it.g, it.d)))
+    sums = [_dot64(g, d) for g, d in zip(it.g, it.d)]
+    autodiff, scale = float(sum(a for a, _ in sums)), float(sum(b for _, b in sums))
     eps = _EPS[it.dtype]
     phi_norm = abs(phi0) + 1e-300
     it.line = sweep.Line(evaluate=lambda _t: (math.nan, math.nan), autodiff=autodiff, scale=scale,
@@ -507,10 +526,14 @@ def _start_line(it: _Item, phi0: float) -> None:
 
 
 def _add_point(it: _Item, t: float, phi: float) -> None:
-    """phi(t) and the change the gradient predicts for the point really fed (rounded to the item's dtype)."""
-    np_dtype = np.float64 if it.dtype == "float64" else np.dtype(it.dtype) if it.dtype != "bfloat16" else np.float32
-    lin = float(sum(np.sum(g * ((x + t * d).astype(np_dtype).astype(np.float64) - x))
-                    for g, x, d in zip(it.g, it.x, it.d)))
+    """phi(t) and the change the gradient predicts for the point really fed (rounded to the item's dtype; for a
+    value-free op's one exact step, t·<g, d>: its rounding is far below the check's tolerance)."""
+    if it.exact:
+        lin = t * it.line.autodiff
+    else:
+        np_dtype = np.float64 if it.dtype == "float64" else np.dtype(it.dtype) if it.dtype != "bfloat16" else np.float32
+        lin = float(sum(np.sum(g * ((x + t * d).astype(np_dtype).astype(np.float64) - x))
+                        for g, x, d in zip(it.g, it.x, it.d)))
     it.line.points[t] = (phi - it.line.phi0, lin)
     it.line.evaluations += 1
 
@@ -560,7 +583,8 @@ def _gradients(items: list[_Item], feeds: list[list[Any]], phis: list[Any]) -> l
         for j, g in enumerate(mine):
             if g is None:
                 it.d[j] = np.zeros_like(it.d[j])
-        grads.append([_dense64(g) if g is not None else tf.zeros_like(p, tf.float64) for g, p in zip(mine, ps)])
+        cast = tf.convert_to_tensor if it.exact else _dense64
+        grads.append([cast(g) if g is not None else tf.zeros_like(p) for g, p in zip(mine, ps)])
     return grads
 
 
