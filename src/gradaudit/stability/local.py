@@ -197,27 +197,40 @@ class LocalChecker:
         self.shared = {}  # op name checked -> how many value-free instances it stands for
         seen: dict[tuple, str] = {}
         for op in f._ops:  # noqa: SLF001
-            floats_in = [t for t in op.inputs if _is_float(t)]
-            if not floats_in or not any(_is_float(t) for t in op.outputs) or op.type in _NOTHING:
-                continue
-            if _custom(op):  # a gradient somebody wrote: always checked (the static masks of a custom
-                custom.append(op)  # gradient's IdentityN need not reach an output by value)
-                continue
-            if not self._on_path(op) or (_value_free(op) and not self.value_free):
-                continue
-            if op.type in _CALLS:
+            kind = self._kind(op)
+            if kind == "custom":
+                custom.append(op)
+            elif kind == "call":
                 outcome.unchecked.append((f._ref(op), f"{op.type} holds ops of its own that are not checked one by "  # noqa: SLF001
                                           "one here"))
-            elif _has_gradient(op) and not any(t.dtype.name == "resource" for t in op.inputs):
-                key = _shape_key(op) if _value_free(op) else None
-                if key is not None and key in seen:
-                    self.shared[seen[key]] += 1
-                    continue
-                if key is not None:
-                    seen[key] = op.name
-                    self.shared[op.name] = 1
+            elif kind == "plain" and not self._shared_with(op, seen):
                 plain.append(op)
         return plain, custom
+
+    def _kind(self, op) -> str:
+        """"custom" (a gradient somebody wrote: always checked, the static masks of a custom gradient's IdentityN
+        need not reach an output by value), "call" (ops of its own inside), "plain", or "" (nothing to check)."""
+        if not any(_is_float(t) for t in op.inputs) or not any(_is_float(t) for t in op.outputs) or op.type in _NOTHING:
+            return ""
+        if _custom(op):
+            return "custom"
+        if not self._on_path(op) or (_value_free(op) and not self.value_free):
+            return ""
+        if op.type in _CALLS:
+            return "call"
+        return "plain" if _has_gradient(op) and not any(t.dtype.name == "resource" for t in op.inputs) else ""
+
+    def _shared_with(self, op, seen: dict[tuple, str]) -> bool:
+        """A value-free op of the type, attributes and input shapes of one already taken: counted on that one."""
+        if not _value_free(op):
+            return False
+        key = _shape_key(op)
+        if key in seen:
+            self.shared[seen[key]] += 1
+            return True
+        seen[key] = op.name
+        self.shared[op.name] = 1
+        return False
 
     def _on_path(self, op) -> bool:
         """The static pass puts the op on a gradient path from a source to an output (an op it has no node for
