@@ -351,6 +351,9 @@ class Report:
     note_stages: list[str] = field(default_factory=list)
     # --precision: how the gradients and activations fare in float16 or bfloat16 (empty without it)
     precision: list[PrecisionResult] = field(default_factory=list)
+    # the part that runs the model brought no result (--timeout, --memory-limit, the process died or sent no
+    # valid result): the report tells of the machine and the moment, not only of the model (--cache keeps none)
+    runtime_stopped: bool = False
 
     def notes_of(self, stage: str) -> list[str]:
         return [n for n, s in zip(self.notes, self.note_stages) if s == stage]
