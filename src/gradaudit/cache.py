@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import platform
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -139,6 +138,17 @@ def _installed(name: str) -> str | None:
         return None
 
 
+def _platform() -> list[str]:
+    """The system, the machine and the kernel's release (which decides the sandbox a report describes); from
+    os.uname, since the platform module may start `uname -p` for it."""
+    if hasattr(os, "uname"):
+        name = os.uname()
+        return [sys.platform, name.sysname, name.machine, name.release]
+    import platform
+
+    return [sys.platform, platform.system(), platform.machine(), platform.release()]
+
+
 def environment() -> dict[str, Any]:
     """What decides every report of this installation, whatever the model: read without importing TensorFlow."""
     from .safety.sandbox import default_memory_limit
@@ -146,7 +156,7 @@ def environment() -> dict[str, Any]:
     return {
         "format": ENTRY_FORMAT, "gradaudit": __version__, "source": source_digest(SOURCE),
         "python": [sys.version, sys.implementation.cache_tag],
-        "platform": [sys.platform, platform.machine(), platform.release()],
+        "platform": _platform(),
         "packages": {name: _installed(name) for name in PACKAGES},
         "environment": {k: v for k, v in sorted(os.environ.items())
                         if k.startswith(ENVIRONMENT) and not k.startswith(QUIET_ENVIRONMENT)},

@@ -250,7 +250,7 @@ def _run_audits(run: AuditRun, paths: list[str], found: dict[str, ModelAudit]) -
             for audit in found.values():
                 advance(audit)
             audited = iter(audit_models(missing, _audit_options(run), all_signatures=run.all_signatures,
-                                        jobs=run.jobs, debug=run.debug, on_done=advance))
+                                        jobs=run.jobs, debug=run.debug, on_done=advance) if missing else ())
     except GradauditError as exc:
         _fail(str(exc), run.debug)
     except Exception as exc:  # noqa: BLE001 - one line, exit 2; --debug shows the traceback

@@ -28,7 +28,7 @@ def tool_info() -> dict[str, str]:
 
 
 def _tensorflow_version() -> str:
-    if _RECORDED_TENSORFLOW and "tensorflow" not in sys.modules:
+    if _RECORDED_TENSORFLOW and sys.modules.get("tensorflow") is None:
         return _RECORDED_TENSORFLOW[0]
     try:
         import tensorflow as tf
