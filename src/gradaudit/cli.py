@@ -213,13 +213,26 @@ def _open_cache(run: AuditRun) -> Cache | None:
     return Cache(run.cache, _audit_options(run), run.all_signatures, lambda line: click.echo(line, err=True))
 
 
+@contextmanager
+def _one_line_errors(debug: bool) -> Iterator[None]:
+    """A usage or load error, or gradaudit failing before any audit: one line and exit 2 (--debug shows the
+    traceback)."""
+    from .errors import GradauditError, InternalError
+
+    try:
+        yield
+    except GradauditError as exc:
+        _fail(str(exc), debug)
+    except Exception as exc:  # noqa: BLE001 - one line, exit 2; --debug shows the traceback
+        _fail(str(InternalError("preparing the audit", exc)), debug)
+
+
 def _models(run: AuditRun) -> list[str]:
     """Every model the command names, found and sharded; a usage error (a bad --select or --ignore included)
     exits 2 with one line before any model is read."""
     from .batch import find_models
-    from .errors import GradauditError
 
-    try:
+    with _one_line_errors(run.debug):
         paths = find_models(run.models, run.recursive)
         if run.shard:
             from .shard import select as select_shard
@@ -227,36 +240,22 @@ def _models(run: AuditRun) -> list[str]:
             paths = select_shard(paths, run.models, run.shard)
             click.echo(f"gradaudit: shard {run.shard[0]}/{run.shard[1]}: {len(paths)} model(s)", err=True)
         _policy(run)
-        return paths
-    except GradauditError as exc:
-        _fail(str(exc), run.debug)
-    except Exception as exc:  # noqa: BLE001 - one line, exit 2; --debug shows the traceback
-        from .errors import InternalError
-
-        _fail(str(InternalError("preparing the audit", exc)), run.debug)
+    return paths
 
 
 def _run_audits(run: AuditRun, paths: list[str], found: dict[str, ModelAudit]) -> list[ModelAudit]:
-    """The audits of `paths` in their order: those `found` in the cache, and the others audited; gradaudit
-    failing before any audit exits 2 with one line."""
+    """The audits of `paths` in their order: those `found` in the cache, and the others audited."""
     from .batch import audit_models
-    from .errors import GradauditError
     from .report import terminal
 
     missing = [p for p in paths if p not in found]
     to_stdout = bool(missing) and any(path is None for _, path in run.targets())
-    try:
-        with terminal.progress(len(paths)) as advance, terminal.status(len(missing) == 1), _stdout_away(to_stdout):
-            for audit in found.values():
-                advance(audit)
-            audited = iter(audit_models(missing, _audit_options(run), all_signatures=run.all_signatures,
-                                        jobs=run.jobs, debug=run.debug, on_done=advance) if missing else ())
-    except GradauditError as exc:
-        _fail(str(exc), run.debug)
-    except Exception as exc:  # noqa: BLE001 - one line, exit 2; --debug shows the traceback
-        from .errors import InternalError
-
-        _fail(str(InternalError("preparing the audit", exc)), run.debug)
+    with _one_line_errors(run.debug), terminal.progress(len(paths)) as advance, \
+            terminal.status(len(missing) == 1), _stdout_away(to_stdout):
+        for audit in found.values():
+            advance(audit)
+        audited = iter(audit_models(missing, _audit_options(run), all_signatures=run.all_signatures, jobs=run.jobs,
+                                    debug=run.debug, on_done=advance) if missing else ())
     return [found[p] if p in found else next(audited) for p in paths]
 
 
