@@ -11,8 +11,9 @@
    gradient-mismatch on a healthy model, sensitivity the share of seeds that fail a broken one.
 4. What --precision adds to a default audit (--precision): in a fresh process per model, a default audit then
    the same with --precision float16, the model evaluations of each stage counted (gradient passes and the
-   rows they carry, line evaluations, runs of the frozen graph; the precision stage's one plain forward, for
-   its cotangent's shapes, is not counted) and the stages timed. Sample models, and a
+   rows they carry, a run of the frozen graph that fetches gradients counted as a gradient pass, line
+   evaluations, the other runs of the frozen graph, the loaded signature called eagerly: a plain forward
+   pass) and the stages timed. Sample models, and a
    Keras MobileNetV2 (weights=None, 96x96, 3.5M parameters) exported with model.export.
 
     python bench/bench_numeric.py [--repeat N] [--json FILE] [--whole-audit] [--skip-resnet] [--seeds N]
@@ -183,6 +184,7 @@ from gradaudit.api import AuditOptions, audit_saved_model
 from gradaudit.numeric.runner import Runner
 from gradaudit.progress import observed
 from gradaudit.stability.forensics import Forensics
+from gradaudit.stability.precision import FrozenRuns
 phase = ["read saved_model.pb"]
 counts, times = Counter(), Counter()
 def rows_of(runner):
@@ -197,8 +199,41 @@ def counted(name, method, rows=None):
     return wrapper
 Runner.gradient = counted("gradient passes", Runner.gradient, rows_of)
 Runner.evaluate = counted("line evaluations", Runner.evaluate)
-Forensics._run = counted("frozen-graph runs", Forensics._run)
+# A run of the frozen graph that fetches gradients (--precision's, with every float tensor) is a gradient pass,
+# counted as one and not again as a frozen-graph run; building its gradient ops is counted apart (no pass).
+inside = [False]
+def frozen_run(method):
+    def wrapper(self, *args, **kwargs):
+        if not inside[0]:
+            counts[phase[0], "frozen-graph runs"] += 1
+        return method(self, *args, **kwargs)
+    return wrapper
+def frozen_pass(method):
+    def wrapper(self, feed, *args, **kwargs):
+        counts[phase[0], "gradient passes"] += 1
+        counts[phase[0], "gradient passes rows"] += next((int(np.shape(v)[0]) for v in feed.values() if np.ndim(v)), 1)
+        counts[phase[0], "gradient passes in a frozen-graph run that fetches every float tensor"] += 1
+        inside[0] = True
+        try:
+            return method(self, feed, *args, **kwargs)
+        finally:
+            inside[0] = False
+    return wrapper
+Forensics._run = frozen_run(Forensics._run)
 Forensics._build = counted("graph freezes", Forensics._build)
+FrozenRuns.values_and_gradients = frozen_pass(FrozenRuns.values_and_gradients)
+FrozenRuns.with_gradients = counted("gradient graphs built in the frozen graph", FrozenRuns.with_gradients)
+# The loaded signature called eagerly, outside any pass: a plain forward (--precision's, for its cotangent's shapes).
+import tensorflow as tf
+from tensorflow.python.eager.polymorphic_function.concrete_function import ConcreteFunction
+from tensorflow.python.saved_model.load import _WrapperFunction
+def plain_forward(method):
+    def wrapper(self, *args, **kwargs):
+        if isinstance(self, _WrapperFunction) and tf.executing_eagerly():
+            counts[phase[0], "plain forward passes"] += 1
+        return method(self, *args, **kwargs)
+    return wrapper
+ConcreteFunction.__call__ = plain_forward(ConcreteFunction.__call__)
 mark = [time.perf_counter()]
 def sink(message):
     now = time.perf_counter()

@@ -322,7 +322,8 @@ def _audit_options(run: AuditRun) -> AuditOptions:
                         batch_size=run.batch_size, dim=run.dim, shapes=run.shapes, inputs_file=run.inputs_file,
                         order=run.order, probe_scales=run.probe_scales, input_specs=run.input_specs,
                         allow_unsafe_ops=run.allow_unsafe_ops, timeout=run.timeout or None,
-                        memory_limit=run.memory_limit, load_ops=run.load_ops, precision=run.precision)
+                        memory_limit=run.memory_limit, load_ops=run.load_ops, precision=run.precision,
+                        local_checks=run.local_checks)  # type: ignore[arg-type]
 
 
 def _policy(run: AuditRun) -> Policy:

@@ -230,6 +230,36 @@ class StabilityResult:
                 "detail": self.detail, "reported": self.held}
 
 
+LocalStatus = Literal["pass", "fail", "undecided"]
+
+
+@dataclass(frozen=True)
+class LocalCheck:
+    """One op's gradient checked on its own at the values the model's forward gave it (stability/local.py):
+    `kind` "op" (TensorFlow's registered gradient) or "custom_gradient" (one the model's author wrote, checked as
+    the region it replaces); `dtype` the precision it ran in; `shared` how many instances of the same type,
+    attributes and input shapes this check stands for (ops linear in their inputs: their gradient is a formula of
+    shapes, not values); `scale` the stability probe scale of the point (None: the synthesised or --inputs point);
+    `evidence` what decided a pass at a kink, or why the check failed or is undecided."""
+
+    op: OpRef
+    kind: Literal["op", "custom_gradient"]
+    status: LocalStatus
+    dtype: str
+    rel_error: float | None
+    bound: float | None
+    evaluations: int
+    evidence: str | None = None
+    shared: int = 1
+    scale: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op_type": self.op.op_type, "op_name": self.op.op_name, "function": self.op.function,
+                "kind": self.kind, "status": self.status, "dtype": self.dtype, "rel_error": self.rel_error,
+                "bound": self.bound, "evaluations": self.evaluations, "evidence": self.evidence,
+                "shared": self.shared, "scale": self.scale}
+
+
 @dataclass(frozen=True)
 class PrecisionResult:
     """What casting to a lower precision (`--precision`) does to one source's gradient (`kind` "gradient") or
@@ -351,6 +381,8 @@ class Report:
     note_stages: list[str] = field(default_factory=list)
     # --precision: how the gradients and activations fare in float16 or bfloat16 (empty without it)
     precision: list[PrecisionResult] = field(default_factory=list)
+    # the local checks (one op at a time, at its recorded values) that decided the numeric checks of a large model
+    local: list[LocalCheck] = field(default_factory=list)
     # the part that runs the model brought no result (--timeout, --memory-limit, the process died or sent no
     # valid result): the report tells of the machine and the moment, not only of the model (--cache keeps none)
     runtime_stopped: bool = False

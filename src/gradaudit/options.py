@@ -184,6 +184,12 @@ audit = _declare(
     click.option("--precision", type=click.Choice(("float16", "bfloat16")), default=None,
                  help="Also check whether the model would train in this precision: gradients that flush to zero "
                       "or overflow, the loss scale a dynamic loss scaler settles on, ops whose outputs overflow."),
+    click.option("--local-checks", type=click.Choice(("auto", "always", "never")), default="auto",
+                 show_default=True,
+                 help="Check each op's gradient on its own at the values the model's forward gave it, and let those "
+                      "checks decide the numeric checks (the whole-model checks run only where they leave an op "
+                      "undecided). auto: for models of a million trainable parameters or more; never: always the "
+                      "whole-model checks, in float64 where the model allows."),
     click.option("--input-spec", "input_specs", multiple=True, metavar="NAME=DTYPE[D0,...]",
                  help="Input of a Python function traced without an input_signature, e.g. x=float32[None,4]."),
     click.option("--allow-unsafe-ops", is_flag=True,
@@ -241,6 +247,7 @@ class AuditRun:
     order: int
     probe_scales: tuple[float, ...] | None
     precision: str | None
+    local_checks: str
     input_specs: tuple[str, ...]
     allow_unsafe_ops: bool
     timeout: float

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .model import ALL_VARIABLES, Finding, NumericResult, OpRef, Report, Severity
+from .model import ALL_VARIABLES, Finding, LocalCheck, NumericResult, OpRef, Report, Severity
 from .results import Gate, HazardVerdict, Note, RuntimeResult, StaticResult
 from .rules import get_rule
 
@@ -64,7 +64,7 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
                     stability=list(probes.results) if probes else [], notes=[n.text for n in notes],
                     seed=gate.seed, paths=list(static.paths), incomplete=incomplete, isolation=runtime.isolation,
                     note_stages=[n.stage for n in notes],
-                    precision=list(runtime.precision.results) if runtime.precision else [],
+                    precision=list(runtime.precision.results) if runtime.precision else [], local=_local(runtime),
                     runtime_stopped=runtime.stopped is not None)
     _extend_once(report.incomplete, not_checked(report, gate.inputs_given))
     if report.numeric:
@@ -76,6 +76,11 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
                                         f.op.op_name if f.op else "", f.message))
     return report
+
+
+def _local(runtime: RuntimeResult) -> list[LocalCheck]:
+    """The local checks at the numeric checks' point, then at the probe points."""
+    return [*(runtime.numeric.local if runtime.numeric else ()), *(runtime.probes.local if runtime.probes else ())]
 
 
 def _extend_once(lines: list[str], more: Iterable[str]) -> None:

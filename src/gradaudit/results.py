@@ -18,6 +18,7 @@ from .model import (
     Finding,
     FlowEntry,
     Isolation,
+    LocalCheck,
     NumericResult,
     OpRef,
     Output,
@@ -54,6 +55,9 @@ class AuditOptions:
     # their custom ops and gradients are known
     load_ops: tuple[str, ...] = ()
     precision: str | None = None  # float16 or bfloat16: how the gradients and activations fare in it; None: not
+    # whether the local checks (each op at its recorded values) decide the numeric checks: "auto" for a model of
+    # stability.local.LARGE_MODEL trainable parameters or more, "always", or "never" (the whole-model checks)
+    local_checks: Literal["auto", "always", "never"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ class NumericPart:
     results: tuple[NumericResult, ...] = ()
     findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
+    local: tuple[LocalCheck, ...] = ()  # the local checks that decided them (a large model), or ran before them
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ class ProbePart:
     notes: tuple[str, ...] = ()
     stopped: str | None = None  # TensorFlow's reason when running the model stopped the probes
     incomplete: tuple[str, ...] = ()
+    local: tuple[LocalCheck, ...] = ()  # the local checks at probe points (a large model's, instead of whole-model)
 
 
 @dataclass(frozen=True)

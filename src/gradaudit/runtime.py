@@ -87,11 +87,12 @@ def run_saved_model(static: StaticResult, path: str, options: AuditOptions) -> R
     _full_tracebacks()
     key = static.target.signature or options.signature
     loads = ModelLoads(path, options.tags, key, static.model)
+    local = _LocalMode(options, loads)
     try:
         with graphs_as_written():
             return _stages([
-                ("numeric", "running the numeric checks", lambda: _numeric(static, path, options, loads)),
-                ("probes", "running the stability probes", lambda: _probes(static, path, options, loads)),
+                ("numeric", "running the numeric checks", lambda: _numeric(static, path, options, loads, local)),
+                ("probes", "running the stability probes", lambda: _probes(static, path, options, loads, local)),
                 ("precision", "checking precision", lambda: _precision(static, options, loads)),
             ])
     finally:
@@ -109,49 +110,103 @@ def _numeric_part(outcome) -> NumericPart:
     return NumericPart(tuple(outcome.results), tuple(outcome.findings), tuple(outcome.notes))
 
 
-def _numeric(static: StaticResult, path: str, options: AuditOptions, loads) -> NumericPart:
+class _LocalMode:
+    """Whether the local checks decide this audit's numeric and probe-point checks (--local-checks; auto: a model
+    of stability.local.LARGE_MODEL trainable parameters or more), found once on the loaded model."""
+
+    def __init__(self, options: AuditOptions, loads):
+        self._options, self._loads = options, loads
+        self._wanted: bool | None = None
+
+    def wanted(self) -> bool:
+        if self._wanted is None:
+            self._wanted = self._decide()
+        return self._wanted
+
+    def _decide(self) -> bool:
+        mode = self._options.local_checks
+        if mode != "auto":
+            return mode == "always"
+        from .stability.local import LARGE_MODEL, model_parameters
+
+        try:
+            fn = self._loads.get(False).fn
+        except Exception:  # noqa: BLE001 - a model that does not load: the numeric checks say so
+            return False
+        return model_parameters(fn) >= LARGE_MODEL
+
+
+def _numeric(static: StaticResult, path: str, options: AuditOptions, loads, local: _LocalMode) -> NumericPart:
     from .numeric import run_numeric
 
     say("numeric checks")
     key = static.target.signature or options.signature
-    task = _numeric_task(static, options, progress=lambda m: say(f"numeric checks: {m}"))
-    return _numeric_part(run_numeric(path, options.tags, key, task, loads=loads))
+    checked = _local_checks(static, options, loads) if local.wanted() else None
+    task = _numeric_task(static, options, progress=lambda m: say(f"numeric checks: {m}"),
+                         local=checked[1] if checked else None)
+    part = _numeric_part(run_numeric(path, options.tags, key, task, loads=loads))
+    if checked is None:
+        return part
+    outcome, verdict = checked
+    from .stability import local as stage
+
+    return replace(part, findings=tuple(stage.findings(outcome, static.analysis)) + part.findings,
+                   notes=tuple(stage.notes(outcome, verdict is not None)) + part.notes, local=tuple(outcome.checks))
 
 
-def _numeric_task(static: StaticResult, options: AuditOptions, progress: Callable[[str], None] | None = None):
-    """What the numeric checks are asked: the static result's sources, outputs, flow and analysis, and the options."""
+def _local_checks(static: StaticResult, options: AuditOptions, loads):
+    """(the local checks' outcome at the numeric checks' point, the verdict they give the model or None), or None
+    when there is no point to check (the numeric checks say why)."""
+    from .numeric.inputs import InputError
+    from .stability import local, probe_start
+
+    try:
+        _plan, point = probe_start(loads, static.analysis, _numeric_options(options))
+    except InputError:
+        return None
+    if point is None:
+        return None
+    say("local checks")
+    outcome = local.run_local(loads, static.analysis, point, options.seed, say)
+    return outcome, local.verdict(outcome)
+
+
+def _numeric_task(static: StaticResult, options: AuditOptions, progress: Callable[[str], None] | None = None,
+                  local=None):
+    """What the numeric checks are asked: the static result's sources, outputs, flow and analysis, the options, and
+    the local checks' verdict when they decided the model."""
     from .numeric import NumericTask
 
     return NumericTask(list(static.sources), list(static.outputs), list(static.flow), _numeric_options(options),
-                       analysis=static.analysis, progress=progress)
+                       analysis=static.analysis, progress=progress, local=local)
 
 
-def _stability_options(options: AuditOptions):
+def _stability_options(options: AuditOptions, local: bool = False):
     from .stability import DEFAULT_SCALES, StabilityOptions
 
     numeric = _numeric_options(options)
     if not options.inputs_file:  # the ladder needs no batch: one example halves its cost on large models
         numeric = replace(numeric, batch_size=1)
     return StabilityOptions(numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order,
-                            batch_size=options.batch_size)
+                            batch_size=options.batch_size, local=local)
 
 
 def _probe_part(outcome) -> ProbePart:
     return ProbePart(results=tuple(outcome.results), numeric=tuple(outcome.numeric), findings=tuple(outcome.findings),
                      verdicts=tuple(outcome.verdicts), notes=tuple(outcome.notes), stopped=outcome.stopped,
-                     incomplete=tuple(outcome.incomplete))
+                     incomplete=tuple(outcome.incomplete), local=tuple(outcome.local))
 
 
-def _probe_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None):
+def _probe_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None, local: bool = False):
     from .stability import run_stability
 
     say("stability probes" + (" and second order" if options.order == 2 else ""))
-    return run_stability(path, options.tags, key, analysis, _stability_options(options), loads)
+    return run_stability(path, options.tags, key, analysis, _stability_options(options, local), loads)
 
 
-def _probes(static: StaticResult, path: str, options: AuditOptions, loads) -> ProbePart:
+def _probes(static: StaticResult, path: str, options: AuditOptions, loads, local: _LocalMode) -> ProbePart:
     key = static.target.signature or options.signature
-    return _probe_part(_probe_outcome(static.analysis, path, options, key, loads))
+    return _probe_part(_probe_outcome(static.analysis, path, options, key, loads, local.wanted()))
 
 
 def _precision(static: StaticResult, options: AuditOptions, loads) -> PrecisionPart:

@@ -213,7 +213,8 @@ def keras_cnn(path: str) -> str:
 
 
 def fused_bn_model(path: str, err: float = 0.0) -> str:
-    """tf.nn.fused_batch_norm (FusedBatchNormV3 has no float64 kernel) and a custom log1pexp."""
+    """tf.nn.fused_batch_norm in inference mode (FusedBatchNormV3 has float32 kernels only: the float64 copy computes
+    it with float64 primitives) and a custom log1pexp."""
     act = scaled_log1pexp(err)
     rng = _rng(9)
 

@@ -120,14 +120,23 @@ def test_scalar_variable_is_checked(models):
     assert {(r.source, r.status) for r in outcome.results} == {("x", "pass"), ("*", "pass")}
 
 
-def test_fused_batch_norm_falls_back_to_float32(models):
+def test_fused_batch_norm_is_checked_in_float64(models):
+    """FusedBatchNormV3 has float32 kernels only: the float64 copy computes it with float64 primitives."""
     outcome = audit(models("fused"))
-    assert {(r.status, r.dtype) for r in outcome.results} == {("pass", "float32")}
-    assert any("FusedBatchNormV3" in note for note in outcome.notes)
+    assert {(r.status, r.dtype, r.precision_reason) for r in outcome.results} == {
+        ("pass", "float64", "float64 copy of the model")}
+    assert not any("FusedBatchNormV3" in note for note in outcome.notes)
 
 
-def test_fused_batch_norm_model_wrong_by_1e4_caught_in_float32(models):
+def test_fused_batch_norm_model_wrong_by_1e4_caught_in_float64(models):
     outcome = audit(models("fused_1e-4"))
+    assert (result(outcome, "x").status, result(outcome, "x").dtype) == ("fail", "float64")
+    assert 5e-5 < result(outcome, "x").rel_error < 2e-4
+    assert "gradient-mismatch" in rules(outcome)
+
+
+def test_fused_batch_norm_model_wrong_by_1e4_still_caught_in_float32(models):
+    outcome = audit(models("fused_1e-4"), upcast=False)
     assert (result(outcome, "x").status, result(outcome, "x").dtype) == ("fail", "float32")
     assert "gradient-mismatch" in rules(outcome)
 

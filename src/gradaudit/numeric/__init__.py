@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..model import ALL_VARIABLES, Finding, FlowEntry, NumericResult, Output, Source
 
-__all__ = ["ALL_VARIABLES", "NumericOptions", "NumericOutcome", "NumericTask", "run_numeric", "run_numeric_function"]
+__all__ = ["ALL_VARIABLES", "LocalVerdict", "NumericOptions", "NumericOutcome", "NumericTask", "run_numeric",
+           "run_numeric_function"]
 
 
 
@@ -38,6 +39,20 @@ class NumericOutcome:
 
 
 @dataclass(frozen=True)
+class LocalVerdict:
+    """What the local checks (stability/local.py: each op on its own at the values the model's forward gave it)
+    decided for the whole model: "pass" (every differentiable op passed: the model's gradient is TensorFlow's chain
+    rule over them) or "fail" (an op's gradient is wrong: the local finding names it); the evidence, the precision
+    and the effort behind it. The whole-model checks do not run then."""
+
+    status: Literal["pass", "fail"]
+    evidence: str
+    dtype: str
+    evaluations: int
+    rel_error: float | None = None
+
+
+@dataclass(frozen=True)
 class NumericTask:
     """What the numeric checks are asked, from the static pass's result: its sources, outputs and flow (which
     pairs are connected, cut or raise), its StaticAnalysis (`analysis`: what values the inputs are made for,
@@ -49,6 +64,7 @@ class NumericTask:
     options: NumericOptions = field(default_factory=NumericOptions)
     analysis: Any = None
     progress: Callable[[str], None] | None = None
+    local: LocalVerdict | None = None  # decided by the local checks: no whole-model check runs
 
     def say(self, message: str) -> None:
         if self.progress is not None:

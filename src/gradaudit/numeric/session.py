@@ -12,7 +12,7 @@ import numpy as np
 from ..flow import STOP_OPS
 from ..model import Finding, FlowEntry, NumericResult, OpRef, Output, Source
 from ..rules import numeric as rules
-from . import ALL_VARIABLES, NumericOptions, NumericOutcome, NumericTask
+from . import ALL_VARIABLES, LocalVerdict, NumericOptions, NumericOutcome, NumericTask
 from .checks import Checker, Group, Settings, output_label
 from .domains import Domains
 from .inputs import InputError, given_inputs, synthesise
@@ -173,6 +173,8 @@ def run_session(loads: ModelLoads, task: NumericTask, domains: Domains | None = 
         return point
     if (nothing := plan.empty()) is not None:
         return nothing
+    if task.local is not None:
+        return decided_locally(plan, task.local)
     session = _Session(plan, point, task.options, task.say)
     notes: list[str] = []
     why = "float64 evaluation disabled"
@@ -194,6 +196,19 @@ def run_session(loads: ModelLoads, task: NumericTask, domains: Domains | None = 
         # is the model's, not the float64 copy's, and no check ran in either precision.
         return _with_precision(outcome, None, [])
     return _with_precision(outcome, why, notes)
+
+
+def decided_locally(plan: Plan, local: LocalVerdict) -> NumericOutcome:
+    """The checks' rows when the local checks decided the model: one per check the whole-model path would make
+    (each input, the variables by the outputs they reach), with the local verdict and its evidence."""
+    groups = [Group(n, outs, inputs=[n]) for n in plan.input_sources for outs in plan.output_groups(n)]
+    groups += variable_groups(plan, list(plan.variable_sources))[0]
+    results = [NumericResult(source=g.source, output=output_label(g.outputs, plan.float_outputs),
+                             status=local.status, rel_error=local.rel_error, step=None, dtype=local.dtype,
+                             evaluations=local.evaluations, evidence=local.evidence,
+                             precision_reason="local checks: each op at the values the model's forward gave it")
+               for g in groups]
+    return NumericOutcome(results, [], [])
 
 
 def _with_precision(outcome: NumericOutcome, why: str | None, notes: list[str]) -> NumericOutcome:

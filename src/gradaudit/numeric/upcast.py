@@ -4,6 +4,11 @@ bfloat16) made float64.
 The rewrite works on the protobuf, so TensorFlow's own loader wires functions, captured tensors and the
 saved custom-gradient functions exactly as it does for the original; only the variable values come from
 the original checkpoint (cast), because the copy is loaded without one.
+
+Fused batch norms (`FusedBatchNorm`, V2, V3: tf-keras' BatchNormalization and LayerNormalization) have float32
+kernels only; in the copy each becomes the float64 primitives it computes (`_expand_batch_norm`), with TensorFlow's
+own gradients of those primitives: the derivative of the same forward, which the fused op's registered gradient
+also is, for the same inputs (none to its mean and variance inputs, none back from its statistics outputs).
 """
 
 from __future__ import annotations
@@ -23,6 +28,11 @@ _WIDER = {_DT_FLOAT: _DT_DOUBLE, _DT_HALF: _DT_DOUBLE, _DT_BFLOAT16: _DT_DOUBLE,
 _LOW = frozenset(_WIDER)
 # Ops whose meaning depends on the width of the float type (they reinterpret bytes).
 _WIDTH_DEPENDENT = frozenset({"Bitcast", "DecodeRaw", "DecodePaddedRaw", "ParseTensor"})
+# Fused batch norms, rewritten into float64 primitives in the copy (their kernels are float32 only), by data format:
+# the rank of x and the channel axis.
+_BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
+_LAYOUTS = {"NHWC": (4, 3), "NCHW": (4, 1), "NDHWC": (5, 4), "NCDHW": (5, 1)}
+_DT_INT32 = 3
 
 
 def _upcast_tensor(tp) -> None:
@@ -115,6 +125,8 @@ def _blocker(node, cache: dict) -> str | None:
 
     if node.op in _WIDTH_DEPENDENT:
         return f"{node.op} reinterprets the bytes of a float"
+    if node.op in _BATCH_NORMS and _batch_norm_attrs(node)["data_format"] in _LAYOUTS:
+        return None  # the copy computes it with float64 primitives (_expand_batch_norm)
     op_def = op_def_registry.get(node.op)
     if op_def is None:
         return f"{node.op} is not a TensorFlow op known here"
@@ -166,6 +178,8 @@ def write_float64_copy(info: SavedModelInfo, destination: str, without_cuts: boo
     meta = copy.meta_graphs.add()
     meta.CopyFrom(info.meta_graph)
     _rewrite(meta)
+    for fdef in meta.graph_def.library.function:
+        _replace_batch_norms(fdef)
     if without_cuts:
         _without_cuts(meta)
     os.makedirs(destination, exist_ok=True)
@@ -179,3 +193,149 @@ def write_float64_copy(info: SavedModelInfo, destination: str, without_cuts: boo
             os.symlink(os.path.abspath(assets), os.path.join(destination, "assets"), target_is_directory=True)
         except OSError:
             shutil.copytree(assets, os.path.join(destination, "assets"), symlinks=True, dirs_exist_ok=True)
+
+
+def _batch_norm_attrs(node) -> dict:
+    """A fused batch norm's epsilon, exponential_avg_factor, data_format and is_training (their defaults when
+    the saver left them out)."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(node.op)
+    defaults = {a.name: a.default_value for a in op_def.attr} if op_def is not None else {}
+    values = {}
+    for name, field in (("epsilon", "f"), ("exponential_avg_factor", "f"), ("data_format", "s"),
+                        ("is_training", "b")):
+        attr = node.attr[name] if name in node.attr else defaults.get(name)
+        values[name] = getattr(attr, field) if attr is not None else None
+    values["data_format"] = (values["data_format"] or b"NHWC").decode()
+    return values
+
+
+class _Emitter:
+    """Appends float64 primitives to a FunctionDef, named under `prefix`; each call returns its output's edge
+    (`node:output_arg:0`)."""
+
+    def __init__(self, nodes: list, prefix: str, device: str):
+        self.nodes, self.prefix, self.device = nodes, prefix, device
+
+    def op(self, op_type: str, name: str, inputs: list[str], **attrs) -> str:
+        from tensorflow.core.framework import node_def_pb2
+        from tensorflow.python.framework import op_def_registry
+
+        node = node_def_pb2.NodeDef(name=f"{self.prefix}/{name}", op=op_type, input=inputs, device=self.device)
+        for key, value in attrs.items():
+            if isinstance(value, bool):
+                node.attr[key].b = value
+            elif isinstance(value, int):
+                node.attr[key].type = value
+            else:
+                node.attr[key].tensor.CopyFrom(value)
+        self.nodes.append(node)
+        return f"{node.name}:{op_def_registry.get(op_type).output_arg[0].name}:0"
+
+    def const(self, name: str, value) -> str:
+        import tensorflow as tf
+
+        array = np.asarray(value)
+        return self.op("Const", name, [], dtype=_DT_INT32 if array.dtype == np.int32 else _DT_DOUBLE,
+                       value=tf.make_tensor_proto(array))
+
+    def math(self, op_type: str, name: str, *inputs: str) -> str:
+        return self.op(op_type, name, list(inputs), T=_DT_DOUBLE)
+
+    def reshape(self, name: str, tensor: str, shape: str) -> str:
+        return self.op("Reshape", name, [tensor, shape], T=_DT_DOUBLE, Tshape=_DT_INT32)
+
+    def mean(self, name: str, tensor: str, axes: str) -> str:
+        return self.op("Mean", name, [tensor, axes], T=_DT_DOUBLE, Tidx=_DT_INT32, keep_dims=True)
+
+
+def _replace_batch_norms(fdef) -> None:
+    """In place: every fused batch norm of `fdef` becomes float64 primitives (`_expand_batch_norm`), and the edges
+    that read its outputs read theirs."""
+    if not any(node.op in _BATCH_NORMS for node in fdef.node_def):
+        return
+    nodes: list = []
+    renamed: dict[str, str] = {}
+    for node in fdef.node_def:
+        if node.op in _BATCH_NORMS and _batch_norm_attrs(node)["data_format"] in _LAYOUTS:
+            renamed.update(_expand_batch_norm(node, nodes))
+        else:
+            nodes.append(node)
+    for node in nodes:
+        node.input[:] = [renamed.get(edge, edge) for edge in node.input]
+    for key in list(fdef.ret):
+        fdef.ret[key] = renamed.get(fdef.ret[key], fdef.ret[key])
+    for key in list(fdef.control_ret):
+        edge = renamed.get("^" + fdef.control_ret[key])
+        if edge is not None:
+            fdef.control_ret[key] = edge[1:]
+    del fdef.node_def[:]
+    fdef.node_def.extend(nodes)
+
+
+def _expand_batch_norm(node, nodes: list) -> dict[str, str]:
+    """Append to `nodes` the float64 primitives that compute the fused batch norm `node` as TensorFlow's CPU kernel
+    does (training: normalised by the batch's mean and biased variance, the unbiased variance as the batch_variance
+    output, blended with the running statistics when exponential_avg_factor is not 1; inference: by the mean and
+    variance inputs), and return the renamed edges: `node:output_arg:0` (and `^node`) -> the primitives' own.
+    The statistics (its mean and variance inputs, all but its y output) pass no gradient, as with the fused op's
+    registered gradient."""
+    attrs = _batch_norm_attrs(node)
+    rank, channel = _LAYOUTS[attrs["data_format"]]
+    e = _Emitter(nodes, f"{node.name}/gradaudit_float64", node.device)
+    x, scale, offset, mean, variance = node.input[:5]
+    axes = e.const("axes", np.array([d for d in range(rank) if d != channel], np.int32))
+    broadcast = e.const("broadcast", np.array([-1 if d == channel else 1 for d in range(rank)], np.int32))
+    flat = e.const("flat", np.array([-1], np.int32))
+    eps = e.const("epsilon", np.float64(attrs["epsilon"]))
+    mean_in = e.math("StopGradient", "mean_input", mean)
+    variance_in = e.math("StopGradient", "variance_input", variance)
+    if attrs["is_training"]:
+        centre = e.mean("batch_mean_kept", x, axes)
+        centred = e.math("Sub", "centred", x, centre)
+        spread = e.mean("batch_variance_kept", e.math("Square", "squares", centred), axes)
+        saved = (e.reshape("saved_mean", centre, flat), e.reshape("saved_variance", spread, flat))
+        stats = _blended(e, saved, (mean_in, variance_in), x, attrs["exponential_avg_factor"])
+    else:
+        centred = e.math("Sub", "centred", x, e.reshape("mean_broadcast", mean_in, broadcast))
+        spread = e.reshape("variance_broadcast", variance_in, broadcast)
+        stats = saved = (mean_in, variance_in)
+    factor = e.math("Mul", "factor", e.math("Rsqrt", "inverse_std", e.math("AddV2", "variance_eps", spread, eps)),
+                    e.reshape("scale_broadcast", scale, broadcast))
+    y = e.math("AddV2", "normalised", e.math("Mul", "scaled", centred, factor),
+               e.reshape("offset_broadcast", offset, broadcast))
+    controls = [edge for edge in node.input if edge.startswith("^")]
+    outputs = {"y": e.op("Identity", "y", [y, *controls], T=_DT_DOUBLE)}
+    for arg, value in zip(("batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2"), (*stats, *saved)):
+        outputs[arg] = e.op("StopGradient", arg, [value, *controls], T=_DT_DOUBLE)
+    if node.op == "FusedBatchNormV3":  # on CPU empty for 4-d x, a scalar for 5-d (cuDNN's workspace on GPU)
+        workspace = e.const("workspace", np.zeros(0 if rank == 4 else ()))
+        outputs["reserve_space_3"] = e.op("Identity", "reserve_space_3", [workspace, *controls], T=_DT_DOUBLE)
+    renamed = {f"{node.name}:{arg}:0": edge for arg, edge in outputs.items()}
+    renamed["^" + node.name] = "^" + outputs["y"].split(":")[0]
+    return renamed
+
+
+def _blended(e: _Emitter, batch: tuple[str, str], running: tuple[str, str], x: str, factor: float) -> tuple[str, str]:
+    """The batch_mean and batch_variance outputs in training: the batch's mean and unbiased variance (n / (n - 1)
+    times the biased one, n the values per channel, 1 when n is 1), blended as (1 - f) running + f batch when the
+    exponential_avg_factor f is not 1."""
+    mean, biased = batch
+    size = e.op("Cast", "values", [e.op("Size", "size", [x], T=_DT_DOUBLE, out_type=_DT_INT32)],
+                SrcT=_DT_INT32, DstT=_DT_DOUBLE)
+    channels = e.op("Cast", "channels", [e.op("Size", "channel_count", [mean], T=_DT_DOUBLE, out_type=_DT_INT32)],
+                    SrcT=_DT_INT32, DstT=_DT_DOUBLE)
+    n = e.math("RealDiv", "per_channel", size, channels)
+    one = e.const("one", np.float64(1.0))
+    adjust = e.math("RealDiv", "bessel", n, e.math("Maximum", "n_minus_one", e.math("Sub", "n_less", n, one), one))
+    unbiased = e.math("Mul", "unbiased_variance", biased, adjust)
+    if factor == 1.0:
+        return mean, unbiased
+    keep, take = e.const("keep", np.float64(1.0 - factor)), e.const("take", np.float64(factor))
+
+    def blend(i: int, old: str, new: str) -> str:
+        return e.math("AddV2", f"blended_{i}", e.math("Mul", f"kept_{i}", keep, old),
+                      e.math("Mul", f"taken_{i}", take, new))
+
+    return blend(0, running[0], mean), blend(1, running[1], unbiased)

@@ -14,6 +14,7 @@ from ..model import (
     Finding,
     FlowEntry,
     Isolation,
+    LocalCheck,
     NumericResult,
     OpRef,
     Output,
@@ -87,6 +88,12 @@ def _precision(d: dict[str, Any]) -> PrecisionResult:
     return PrecisionResult(**{k: v for k, v in d.items() if k in names}, op=_op(d))
 
 
+def _local(d: dict[str, Any]) -> LocalCheck:
+    names = {f.name for f in fields(LocalCheck)} - {"op"}
+    return LocalCheck(**{k: v for k, v in d.items() if k in names},
+                      op=OpRef(d["op_type"], d["op_name"], d["function"]))
+
+
 def report_from_dict(d: dict[str, Any]) -> Report:
     t = d["target"]
     return Report(
@@ -99,6 +106,7 @@ def report_from_dict(d: dict[str, Any]) -> Report:
         numeric=[_plain(NumericResult, n) for n in d["numeric"]],
         stability=[_plain(StabilityResult, s) for s in d["stability"]],
         precision=[_precision(p) for p in d.get("precision", ())],
+        local=[_local(c) for c in d.get("local", ())],
         notes=list(d.get("notes", ())),
         note_stages=list(d.get("note_stages", ())),
         seed=d.get("seed"),

@@ -59,6 +59,7 @@ def to_dict(report: Report, fail_on: str = "error") -> dict[str, Any]:
         "numeric": [n.to_dict() for n in report.numeric],
         "stability": [s.to_dict() for s in report.stability],
         "precision": [p.to_dict() for p in report.precision],
+        "local": [c.to_dict() for c in report.local],
         "notes": list(report.notes),
         "note_stages": [*report.note_stages, *[""] * (len(report.notes) - len(report.note_stages))],
         "incomplete": list(report.incomplete),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..model import Finding, NumericResult, StabilityResult
+from ..model import Finding, LocalCheck, NumericResult, StabilityResult
 from ..numeric import NumericOptions
 from ..results import HazardVerdict
 from .probes import DEFAULT_SCALES
@@ -24,6 +24,7 @@ class StabilityOptions:
     # the numeric checks' batch: the probes run at one example (`numeric.batch_size` 1) only when the model
     # treats the examples of a batch apart, which a forward pass at this batch tells
     batch_size: int = 1
+    local: bool = False  # the local checks decide the probe-point checks (they decided the numeric checks)
 
 
 @dataclass
@@ -38,6 +39,7 @@ class StabilityOutcome:
     incomplete: list[str] = field(default_factory=list)
     # what the probes saw of the static hazard lints (reconcile.judge_hazards applies it)
     verdicts: list[HazardVerdict] = field(default_factory=list)
+    local: list[LocalCheck] = field(default_factory=list)  # the local checks at probe points
 
 
 def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysis,
@@ -95,7 +97,8 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
     prober = None
     try:
         prober = Prober(loads, plan, base, variables, analysis,
-                        ProbeConfig(n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis)))
+                        ProbeConfig(n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis),
+                                    options.local))
         if plan.input_sources:
             _ladder(prober, analysis, options, outcome)
         else:
@@ -111,6 +114,7 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
     finally:
         if prober is not None:
             outcome.notes.extend(prober.notes)
+            outcome.local.extend(prober.local_checks)
             prober.close()
 
 

@@ -66,6 +66,20 @@ def _is_float(t) -> bool:
     return t.dtype.is_floating
 
 
+def _frozen_graph_def(fn) -> tuple[Any, list[str], list[str]]:
+    """The signature function with calls inlined and variables as constants, as a GraphDef with the names of its
+    input and output tensors: TensorFlow's convert_variables_to_constants_v2 without the ConcreteFunction it
+    builds from the result (a second import of the whole graph, half the cost of freezing a ResNet50)."""
+    from tensorflow.python.framework import convert_to_constants as c
+    from tensorflow.python.util import object_identity
+
+    data = c._FunctionConverterDataInEager(func=fn, lower_control_flow=False, aggressive_inlining=False)  # noqa: SLF001
+    graph_def, converted = c._replace_variables_by_constants(converter_data=data)  # noqa: SLF001
+    captures = fn.graph.internal_captures
+    frozen = object_identity.ObjectIdentitySet([captures[i] for i in converted])
+    return graph_def, [t.name for t in fn.inputs if t not in frozen], [t.name for t in fn.outputs]
+
+
 class Forensics:
     """One frozen copy of the signature's graph, differentiated lazily per output."""
 
@@ -89,20 +103,19 @@ class Forensics:
     # -- the frozen graph ------------------------------------------------------------------------
     def _build(self) -> None:
         import tensorflow as tf
-        from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-        frozen = convert_variables_to_constants_v2(self.fn, lower_control_flow=False)
+        graph_def, inputs, outputs = _frozen_graph_def(self.fn)
         graph = tf.Graph()
         with graph.as_default():
-            tf.graph_util.import_graph_def(frozen.graph.as_graph_def(), name="")
+            tf.graph_util.import_graph_def(graph_def, name="")
         self._graph = graph
         self._ops = graph.get_operations()
         self._pos = {op.name: i for i, op in enumerate(self._ops)}
         specs = self.fn.structured_input_signature[1]
-        by_name = {t.op.name: graph.get_tensor_by_name(t.name) for t in frozen.inputs}
+        by_name = {name.split(":")[0]: graph.get_tensor_by_name(name) for name in inputs}
         self._inputs = {k: by_name.get(s.name or k, by_name.get(k)) for k, s in specs.items()}
         keys = sorted(self.fn.structured_outputs)
-        self._outputs = {k: graph.get_tensor_by_name(t.name) for k, t in zip(keys, frozen.outputs)}
+        self._outputs = {k: graph.get_tensor_by_name(name) for k, name in zip(keys, outputs)}
         for op in self._ops:
             self._rebind_custom_gradient(op)
 
@@ -130,7 +143,10 @@ class Forensics:
     def _bind(self, op, op_type: str, capture):
         """The tensor of this graph holding what `capture` holds in the loaded forward function: an input
         of the custom-gradient op, or the tensor of the same name under the op's call prefix."""
-        forward = capture.graph
+        try:
+            forward = capture.graph
+        except AttributeError:  # an eager tensor the gradient function captured: a constant, or a variable's handle
+            return self._constant(capture)
         parts = op.name.split("/")
         for k in range(len(parts)):
             local = "/".join(parts[k:])
@@ -150,6 +166,16 @@ class Forensics:
             except (KeyError, ValueError):
                 return None
         return None
+
+    def _constant(self, capture):
+        """An eager value a custom gradient captured, as a constant of this graph; None for a resource (a variable's
+        handle: the frozen graph has no variables to hand it)."""
+        import tensorflow as tf
+
+        if capture.dtype == tf.resource or capture.dtype == tf.variant:
+            return None
+        with self._graph.as_default():
+            return tf.constant(capture.numpy(), dtype=capture.dtype)
 
     def _call_custom(self, func, captures, op, *grads):
         import tensorflow as tf

@@ -12,11 +12,13 @@ large factor) is not seen here, only the gradients that reach the sources.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..model import Finding, OpRef, PrecisionResult, Severity
 from ..rules import hazards as rules
+from .forensics import Forensics
 from .precision_math import LOST, Classes, classify, limits, magnitudes, power_of_two, settled_loss_scale
 
 # Ops whose output is not computed: the frozen graph's inputs and its variables as constants.
@@ -90,10 +92,8 @@ def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutc
 def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, islands: bool) -> None:
     """`islands`: the model computes in `target` already, so its float32 ops are the islands it chose."""
     from ..numeric.inputs import InputError
-    from ..numeric.runner import Runner, signature_variables
+    from ..numeric.runner import signature_variables
     from . import probe_start
-    from .forensics import Forensics
-    from .probes import dense
 
     try:
         plan, base = probe_start(loads, analysis, options.numeric)
@@ -107,32 +107,168 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
     loaded = loads.get(False)
     by_name = signature_variables(loads.info, loaded.fn)
     variables = [(v, by_name[v]) for v in plan.variable_sources if v in by_name]
-    runner = Runner(loaded.fn, base, plan.input_sources, variables, plan.float_outputs)
     outputs = loaded.fn(**{k: base[k] for k in plan.specs})
     # the stability probes' cotangent: random and signed, never ones
     rng = np.random.default_rng([options.numeric.seed, 3])
     u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
     kept, points = _points(plan, base, options.scales, target)
     names = plan.input_sources + [v for v, _ in variables]
-    forensics = Forensics(loaded.fn, analysis.graph, analysis.gradient_functions)
+    runs = PointRuns(loaded.fn, analysis, (plan.input_sources, variables, plan.float_outputs), base, u)
     causes: dict[tuple[str, OpRef], list[tuple[float | None, PrecisionResult, str]]] = {}
     try:
         for scale, point in points:
-            runner.move_to(point, runner.var_base)  # one gradient pass per point
-            _, g_in, g_var = runner.gradient(u)
-            grads = {**{k: dense(g) for k, g in g_in.items()},
-                     **{v: dense(g) for (v, _), g in zip(variables, g_var)}}
+            grads, values, failed = runs.at(point, forward=not outcome.incomplete)
             outcome.results.extend(_gradient_rows(grads, names, target, scale))
-            if not outcome.incomplete:
-                _activation_rows(_activations(forensics, point, target, outcome), (target, scale, islands),
-                                 causes, outcome)
+            if failed is not None:
+                outcome.incomplete.append(f"--precision {target}: the ops' outputs were not checked: TensorFlow "
+                                          f"could not run a frozen copy of the graph ({failed})")
+            elif not outcome.incomplete:
+                _activation_rows(values, (target, scale, islands), causes, outcome)
     finally:
-        forensics.close()
+        runs.close()
     base_rows = [r for r in outcome.results if r.kind == "gradient" and r.scale is None]
     outcome.findings.extend(_gradient_findings(base_rows, target))
     outcome.findings.extend(_activation_findings(causes, target))
     if not outcome.findings and not outcome.incomplete:
         outcome.notes.append(_all_fit(base_rows, target, kept))
+
+
+class FrozenRuns(Forensics):
+    """The forensics' frozen graph with the gradients of u·f built into it once (`with_gradients`): then one
+    session run per point fetches every op's float values and every source's gradient, the forward pass and
+    the backward pass of one run. Variables are the frozen graph's constants; their gradients are those of the
+    constants that stand for them."""
+
+    def __init__(self, fn, analysis):
+        super().__init__(fn, analysis.graph, analysis.gradient_functions)
+        self._failed: Exception | None = None  # why the graph could not be frozen, raised again on each use
+        self._gradients: tuple[dict, list[str], list] | None = None  # (u placeholders, sources, gradient tensors)
+        self._differentiated = False  # gradient ops were added to the graph (or TensorFlow began to add them)
+
+    def _build(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        try:
+            super()._build()
+        except Exception as exc:
+            self._failed = exc
+            raise
+
+    @property
+    def pristine(self) -> bool:
+        """Whether the frozen graph holds no gradient op (never built, or never differentiated): its forward
+        runs are those of a frozen graph without them."""
+        return not self._differentiated
+
+    @property
+    def ready(self) -> bool:
+        """Whether the gradient ops are built (`with_gradients`)."""
+        return self._gradients is not None
+
+    def with_gradients(self, sources: tuple, u: dict[str, np.ndarray]) -> None:
+        """Add the gradients of u·f (u fed at each run) by the input sources and the variables, `sources` =
+        (input names, (name, variable) pairs, float outputs): as numeric.runner.Runner computes them on the
+        loaded function, u·f summed in float64. Raises when TensorFlow cannot differentiate the frozen graph."""
+        import tensorflow as tf
+
+        inputs, variables, outputs = sources
+        if self._graph is None:
+            self._build()
+        constant = {id(h): t.op.name for h, t in zip(self.fn.captured_inputs, self.fn.graph.internal_captures)}
+        xs = [self._inputs[n] for n in inputs]
+        xs += [self._graph.get_tensor_by_name(f"{constant[id(v.handle)]}:0") for _, v in variables]
+        self._differentiated = True
+        with self._graph.as_default():
+            us = {o: tf.compat.v1.placeholder(tf.float64, shape=np.shape(u[o])) for o in outputs}
+            phi = tf.add_n([tf.reduce_sum(tf.cast(self._outputs[o], tf.float64) * us[o]) for o in outputs])
+            grads = [None if g is None else tf.convert_to_tensor(g)  # IndexedSlices from a gather
+                     for g in tf.gradients(phi, xs)]
+        self._stale()
+        self._gradients = (us, [*inputs, *(n for n, _ in variables)], grads)
+
+    def values_and_gradients(self, feed: dict[str, np.ndarray], u: dict[str, np.ndarray]) -> tuple[dict, list]:
+        """({source: its gradient of u·f, None where TensorFlow finds none}, `float_values`) at `feed`, in one
+        session run."""
+        assert self._gradients is not None
+        us, names, grads = self._gradients
+        tensors = self._float_tensors()
+        wanted = [g for g in grads if g is not None]
+        fetched, grad_values = self._run([tensors, wanted], feed, {us[o]: u[o] for o in us})
+        by_source = dict(zip([n for n, g in zip(names, grads) if g is not None], grad_values))
+        values = dict(zip((t.name for t in tensors), fetched))
+        return ({n: by_source.get(n) for n in names},
+                [(self._ref(op), op, [values[t.name] for t in op.inputs if t.name in values],
+                  [values[t.name] for t in op.outputs if t.name in values]) for op in self._ops])
+
+
+class PointRuns:
+    """The gradients of every source and the values of every op at each point. One run of the frozen graph
+    per point computes both (FrozenRuns); where TensorFlow cannot build or run that, from then on the loaded
+    model's gradient pass (numeric.runner.Runner) and a forward run of a frozen graph without gradient ops,
+    as this stage always did, whose errors are the ones reported. A point equal to one already run (the rung
+    at scale 1 when the model's own inputs have a largest magnitude of 1) is not run again."""
+
+    def __init__(self, fn, analysis, sources: tuple, base: dict[str, np.ndarray], u: dict[str, np.ndarray]):
+        """`sources` = (input sources, (name, loaded variable) pairs, float outputs)."""
+        self.fn, self.analysis, self.sources, self.base, self.u = fn, analysis, sources, base, u
+        self.frozen: Forensics = FrozenRuns(fn, analysis)
+        self.together = True
+        self._runner: Any = None
+        self._done: list[tuple[dict[str, np.ndarray], tuple[dict, list, str | None]]] = []
+
+    def at(self, point: dict[str, np.ndarray], forward: bool) -> tuple[dict, list, str | None]:
+        """(gradients by source as float64 arrays, the ops' float values (`Forensics.float_values`), why those
+        could not be computed or None); with `forward` False (the ops' outputs are not checked any more) the
+        values are not asked for. Raises ModelError when the loaded model cannot be differentiated there."""
+        for seen, (grads, values, failed) in self._done:
+            if _same_point(seen, point):
+                return (grads, values, failed) if forward else (grads, [], None)
+        together = self._together(point) if self.together else None
+        result = self._apart(point, forward) if together is None else together
+        self._done.append((point, result))
+        return result
+
+    def _together(self, point: dict[str, np.ndarray]) -> tuple[dict, list, str | None] | None:
+        from .probes import dense
+
+        frozen = self.frozen
+        assert isinstance(frozen, FrozenRuns)
+        try:
+            if not frozen.ready:
+                frozen.with_gradients(self.sources, self.u)
+            grads, values = frozen.values_and_gradients(point, self.u)
+        except Exception:  # noqa: BLE001 - the frozen graph may refuse what the loaded model does; the Runner decides
+            self.together = False
+            if not frozen.pristine:  # its ops changed (a While differentiated): the forward runs on a fresh copy
+                frozen.close()
+                self.frozen = Forensics(self.fn, self.analysis.graph, self.analysis.gradient_functions)
+            return None
+        return {k: dense(g) for k, g in grads.items()}, values, None
+
+    def _apart(self, point: dict[str, np.ndarray], forward: bool) -> tuple[dict, list, str | None]:
+        from ..numeric.runner import Runner, describe
+        from .probes import dense
+
+        inputs, variables, outputs = self.sources
+        if self._runner is None:
+            self._runner = Runner(self.fn, self.base, inputs, variables, outputs)
+        self._runner.move_to(point, self._runner.var_base)  # one gradient pass per point
+        _, g_in, g_var = self._runner.gradient(self.u)
+        grads = {**{k: dense(g) for k, g in g_in.items()}, **{v: dense(g) for (v, _), g in zip(variables, g_var)}}
+        if not forward:
+            return grads, [], None
+        try:
+            return grads, self.frozen.float_values(point), None
+        except Exception as exc:  # noqa: BLE001 - the forward side is checked on a frozen copy TensorFlow may refuse
+            return grads, [], describe(exc)
+
+    def close(self) -> None:
+        self.frozen.close()
+
+
+def _same_point(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(np.asarray(a[k]).dtype == np.asarray(b[k]).dtype
+                                        and np.array_equal(a[k], b[k]) for k in a)
 
 
 def _points(plan, base: dict[str, np.ndarray], scales, target: str
@@ -155,19 +291,6 @@ def _activation_rows(values: list, at: tuple[str, float | None, bool], causes: d
     for kind, row, consumer in _activation_causes(values, *at):
         causes.setdefault((kind, row.op), []).append((at[1], row, consumer))
         outcome.results.append(row)
-
-
-def _activations(forensics, point: dict[str, np.ndarray], target: str, outcome: PrecisionOutcome) -> list:
-    """Every op's float values at `point` from the frozen graph; none (and the audit incomplete, saying why) when
-    TensorFlow cannot freeze or run it: the gradients are still judged."""
-    from ..numeric.runner import describe
-
-    try:
-        return forensics.float_values(point)
-    except Exception as exc:  # noqa: BLE001 - the forward side is checked on a frozen copy TensorFlow may refuse
-        outcome.incomplete.append(f"--precision {target}: the ops' outputs were not checked: TensorFlow could not "
-                                  f"run a frozen copy of the graph ({describe(exc)})")
-        return []
 
 
 def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target: str,

@@ -19,9 +19,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..model import Finding, NumericResult, ProbeStatus, StabilityResult
+from ..model import Finding, LocalCheck, NumericResult, ProbeStatus, StabilityResult
 from ..numeric import ALL_VARIABLES
-from .forensics import Culprit, Forensics
+from .forensics import Culprit
+from .local import shared_forensics
 
 # 1e2, 3e2 and 6e2 cover float32's exp overflow (x > 88.7) below float64's (x > 709.8), where the float64
 # copy tells a float32 overflow from a true one.
@@ -145,6 +146,7 @@ class ProbeConfig:
     upcast: bool
     given: frozenset[str] = frozenset()
     suspects: Callable[..., tuple] | None = None
+    local: bool = False  # the local checks decide the probe-point checks (as they decided the numeric checks)
 
 
 class ProbeAt(NamedTuple):
@@ -182,7 +184,9 @@ class Prober:
         self.checked: list[NumericResult] = []
         self.mismatches: list[Finding] = []
         self.raised: list[tuple[str, str]] = []  # (where, TensorFlow's reason): points it cannot differentiate
-        self.forensics = Forensics(self.loaded.fn, analysis.graph, analysis.gradient_functions)
+        self.forensics = shared_forensics(loads, analysis)
+        self.analysis, self.local = analysis, config.local
+        self.local_checks: list[LocalCheck] = []
         self.suspects = suspects or (lambda _sources, _output: ())
         self._runners: dict[tuple[str | None, bool, bool], object] = {}
         self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
@@ -445,7 +449,10 @@ class Prober:
         """Check the gradient of every input in `inputs` (and of the variables, `variables_at_probe_points`)
         against finite differences at a probe point: on the float64 copy when one runs (the numeric checks'
         own, already loaded: rounding hides nothing there, where float32 cannot decide for an output that
-        oscillates or cancels at large scales), else in the model's own precision."""
+        oscillates or cancels at large scales), else in the model's own precision. With `local`, each op is checked
+        on its own at the values it receives there, and the whole-model checks run only if one is left undecided."""
+        if self.local and self._local_at(inputs, scale, sign):
+            return
         if self.plan.native != "float64":
             exact = self._float64_checks(None, inputs, scale, sign)
             if exact is not None:
@@ -460,6 +467,20 @@ class Prober:
                                     ProbeAt(tuple(inputs), scale, sign), self.plan.native, None)
         why = "the stability probes run the model in its own precision"
         self.checked.extend(replace(r, scale=sign * scale, precision_reason=why) for _, r in native)
+
+    def _local_at(self, inputs: list[str], scale: float, sign: int) -> bool:
+        """The local checks at the probe point; True when they decided it (every op passed, or one failed: its
+        finding names it)."""
+        from . import local
+
+        point = self.point(tuple(inputs), scale, sign)
+        rng = np.random.default_rng([self.seed, 9, int(scale * 1e3), sign + 1])
+        outcome = local.LocalChecker(self.forensics, rng, analysis=self.analysis, value_free=False).run(point)
+        self.local_checks.extend(replace(c, scale=sign * scale) for c in outcome.checks)
+        where = f"inputs × {sign * scale:g} (stability probes, local checks)"
+        self.mismatches.extend(replace(f, message=f"At the probe point {where}: {f.message}")
+                               for f in local.findings(outcome, self.analysis))
+        return local.verdict(outcome) is not None
 
     def _float64_checks(self, groups: list | None, inputs: list[str], scale: float, sign: int
                         ) -> list[NumericResult] | None:

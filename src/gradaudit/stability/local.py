@@ -1,0 +1,704 @@
+"""Local checks: each op's gradient at the values the model's own forward gave it.
+
+TensorFlow composes registered gradients by the chain rule; what can be wrong is one gradient at the values it
+meets: a gradient somebody wrote (a saved custom gradient, a gradient override) or TensorFlow's own gradient of an
+op at those inputs. Checked one op at a time, a wrong gradient is not diluted by the rest of the network, and the
+check names its op without bisection.
+
+The signature's function is frozen (stability.forensics: calls inlined, variables as constants) and run once to
+record what every op receives. Each op is then copied on its own into a check graph, in float64 where its kernel
+has a float64 version (its own dtype otherwise), fed the recorded values, and its registered gradient <g, d> along
+a random direction d compared with central differences of u·op(x + t·d) over numeric.sweep's ladder of steps,
+with sweep's error bound. All ops of a chunk run together: one session run per step, fetching only the ops still
+undecided. An op with a custom gradient is checked in the frozen graph itself (its gradient function is bound
+there): the region it replaces, from its inputs that receive a gradient to its outputs.
+
+What decides: an op passes when its differences agree within the bound; it fails when they converge away from its
+gradient at every step (sweep's `fail`); a kink at the recorded value (ReLU at 0, a max-pool tie) passes only when
+its gradient's slope lies between the one-sided slopes there (a subgradient), recorded as evidence. Anything else
+is undecided, and the whole-model checks decide instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from ..model import Finding, LocalCheck, OpRef
+from ..numeric import sweep
+from ..numeric.domains import KINK_OPS
+from ..numeric.session import EPS as _EPS
+from ..numeric.session import floor_for
+from .forensics import CONTROL_FLOW
+
+# Ops with nothing to check: structure, constants, identities, and the ones whose gradient is a cut the static
+# pass reports (stop_gradient).
+_NOTHING = frozenset({
+    "Const", "Placeholder", "PlaceholderWithDefault", "Identity", "NoOp", "StopGradient", "PreventGradient",
+    "Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike", "Snapshot", "EnsureShape", "CheckNumerics",
+    "Assert", "Print", "PrintV2", "StringFormat", "VarHandleOp", "ReadVariableOp", "DebugIdentity",
+})
+_CALLS = CONTROL_FLOW | {"PartitionedCall", "StatefulPartitionedCall", "XlaCallModule", "PyFunc", "EagerPyFunc",
+                         "PyFuncStateless"}
+# Fed values per chunk of the check graph (float64 bytes): a large model's weights are checked a chunk at a time.
+CHUNK_BYTES = 256 << 20
+# How far from the recorded values (relative to their magnitude) an op that sits on its kink there is checked again.
+NEARBY = 1e-3
+# Ops linear (or bilinear) in their float inputs: their registered gradient is a formula of shapes and attributes,
+# not of values, so one instance checks every instance of the same type, attributes and input shapes. Every other
+# op (ReLU at 0, a max-pool tie, rsqrt near 0, softmax saturated) is checked at each of its instances' own values.
+VALUE_FREE = frozenset({
+    "Reshape", "Squeeze", "ExpandDims", "Transpose", "Pad", "PadV2", "MirrorPad", "ConcatV2", "Concat", "Slice",
+    "StridedSlice", "Pack", "Unpack", "Split", "SplitV", "Tile", "BroadcastTo", "GatherV2", "GatherNd",
+    "AddV2", "Add", "Sub", "Mul", "BiasAdd", "Neg", "AddN", "MatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
+    "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput", "Einsum", "Sum", "Mean", "Cumsum", "Cast",
+    "ReverseV2", "SpaceToDepth", "DepthToSpace", "SpaceToBatchND", "BatchToSpaceND", "Roll", "AvgPool",
+    "AvgPool3D", "ResizeBilinear", "ResizeNearestNeighbor", "SegmentSum", "UnsortedSegmentSum", "ScatterNd",
+})
+_FLOAT64 = 2  # DT_DOUBLE
+_LOW = frozenset({1, 19, 14})  # DT_FLOAT, DT_HALF, DT_BFLOAT16
+
+
+@dataclass
+class LocalOutcome:
+    """Every local check of one point, and the differentiable ops that could not be checked here (a loop body, a
+    compiled module, a custom gradient the frozen graph cannot rebind), with the reason."""
+
+    checks: list[LocalCheck] = field(default_factory=list)
+    unchecked: list[tuple[OpRef, str]] = field(default_factory=list)
+    runs: int = 0  # session runs spent
+
+    @property
+    def failed(self) -> list[LocalCheck]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def undecided(self) -> list[LocalCheck]:
+        return [c for c in self.checks if c.status == "undecided"]
+
+    @property
+    def complete(self) -> bool:
+        """Every differentiable op was checked and passed: the model's gradient is the chain rule over them."""
+        return bool(self.checks) and not self.unchecked and all(c.status == "pass" for c in self.checks)
+
+
+@dataclass
+class _Item:
+    """One op under check: its frozen-graph op, the inputs moved and their recorded values and directions,
+    the outputs projected, and the line its differences are read on."""
+
+    op: Any
+    moved: list[int]  # input positions moved along the line
+    x: list[np.ndarray]
+    d: list[np.ndarray]
+    outputs: list[int]  # output positions projected on u
+    dtype: str
+    kind: Literal["op", "custom_gradient"]
+    u: list[np.ndarray] = field(default_factory=list)
+    g: list[np.ndarray] = field(default_factory=list)
+    line: Any = None
+    est: Any = None
+    verdict: str = ""
+    exact: bool = False  # a value-free op: central differences at one step are exact up to rounding
+    nearby: bool = False  # checked at a point next to the recorded one (the recorded one sits on a kink)
+    rel: float | None = None  # the exact check's relative error
+
+
+def _is_float(t) -> bool:
+    return t.dtype.is_floating
+
+
+def _consumed(op, outputs: frozenset[str]) -> list[int]:
+    """The float outputs of `op` something downstream reads, or the signature returns: what its gradient is asked
+    about (an output nothing reads, such as a batch norm's saved statistics, has no gradient to give)."""
+    return [i for i, t in enumerate(op.outputs) if _is_float(t) and (t.consumers() or t.name in outputs)]
+
+
+def _has_gradient(op) -> bool | None:
+    """True: a registered gradient; False: TensorFlow says not differentiable (None), a cut the static pass
+    reports; None: nothing registered (TensorFlow raises differentiating it: also the static pass's)."""
+    from tensorflow.python.framework import ops
+
+    try:
+        return ops.gradient_registry.lookup(op.type) is not None
+    except LookupError:
+        return None
+
+
+def _custom(op) -> bool:
+    try:
+        op.get_attr("_gradient_op_type")
+    except ValueError:
+        return False
+    return True
+
+
+def _float64_kernel(op) -> bool:
+    """A CPU kernel of the op's type takes float64 for every type attribute that is a float type in the op."""
+    from tensorflow.python.framework import kernels
+
+    floats = {k for k, a in op.node_def.attr.items()
+              if (a.HasField("type") and a.type in _LOW) or (a.HasField("list") and set(a.list.type) & _LOW)}
+    try:
+        found = kernels.get_registered_kernels_for_op(op.type).kernel
+    except Exception:  # noqa: BLE001 - an op TensorFlow's registry cannot list is checked as it is
+        return False
+    for k in found:
+        if k.device_type != "CPU":
+            continue
+        if all(_FLOAT64 in c.allowed_values.list.type for c in k.constraint
+               if c.name in floats and c.allowed_values.list.type):
+            return True
+    return False
+
+
+def _value_free(op) -> bool:
+    """Linear or bilinear in its float inputs (an einsum of three operands is not: one step is not exact there)."""
+    return op.type in VALUE_FREE and (op.type != "Einsum" or sum(_is_float(t) for t in op.inputs) <= 2)
+
+
+def _shape_key(op) -> tuple:
+    """What a value-free op's gradient depends on: its type, attributes and input shapes and dtypes."""
+    attrs = tuple(sorted((k, v.SerializeToString(deterministic=True)) for k, v in op.node_def.attr.items()
+                         if not k.startswith("_")))
+    return (op.type, attrs, tuple((t.dtype.name, tuple(t.shape.as_list()) if t.shape.rank is not None else None)
+                                  for t in op.inputs))
+
+
+class LocalChecker:
+    """The local checks of one frozen graph (a stability.forensics.Forensics), at points fed to it."""
+
+    def __init__(self, forensics, rng: np.random.Generator, progress: Callable[[str], None] | None = None,
+                 analysis=None, value_free: bool = True):
+        """`analysis`: the static pass's StaticAnalysis; with it, only ops on a gradient path from a source to an
+        output are checked (a batch norm's moving statistics are not). `value_free`: also check the ops linear in
+        their inputs (once per type, attributes and shapes); False at a probe point, where their gradient is the
+        formula already checked at the numeric checks' point."""
+        self.forensics = forensics
+        self.analysis, self.value_free = analysis, value_free
+        self.rng = rng
+        self.progress = progress or (lambda _m: None)
+        self._f64: dict[tuple, bool] = {}
+        self.shared: dict[str, int] = {}
+        self._nodes: dict[OpRef, Any] | None = None
+
+    # -- which ops ------------------------------------------------------------------------------
+    def _ops(self, outcome: LocalOutcome) -> tuple[list[Any], list[Any]]:
+        """(plain ops, custom-gradient ops) of the frozen graph to check; the rest that a gradient crosses but
+        nothing here can check go to `outcome.unchecked`."""
+        f = self.forensics
+        if f._graph is None:  # noqa: SLF001 - the frozen graph is built on first use
+            f._build()  # noqa: SLF001
+        plain, custom = [], []
+        self.shared = {}  # op name checked -> how many value-free instances it stands for
+        seen: dict[tuple, str] = {}
+        for op in f._ops:  # noqa: SLF001
+            floats_in = [t for t in op.inputs if _is_float(t)]
+            if not floats_in or not any(_is_float(t) for t in op.outputs) or op.type in _NOTHING:
+                continue
+            if _custom(op):  # a gradient somebody wrote: always checked (the static masks of a custom
+                custom.append(op)  # gradient's IdentityN need not reach an output by value)
+                continue
+            if not self._on_path(op) or (_value_free(op) and not self.value_free):
+                continue
+            if op.type in _CALLS:
+                outcome.unchecked.append((f._ref(op), f"{op.type} holds ops of its own that are not checked one by "  # noqa: SLF001
+                                          "one here"))
+            elif _has_gradient(op) and not any(t.dtype.name == "resource" for t in op.inputs):
+                key = _shape_key(op) if _value_free(op) else None
+                if key is not None and key in seen:
+                    self.shared[seen[key]] += 1
+                    continue
+                if key is not None:
+                    seen[key] = op.name
+                    self.shared[op.name] = 1
+                plain.append(op)
+        return plain, custom
+
+    def _on_path(self, op) -> bool:
+        """The static pass puts the op on a gradient path from a source to an output (an op it has no node for
+        counts as on one)."""
+        if self.analysis is None:
+            return True
+        if self._nodes is None:
+            self._nodes = {n.ref: n for n in self.analysis.graph.ops.values()}
+        node = self._nodes.get(self.forensics._ref(op))  # noqa: SLF001
+        if node is None:
+            return True
+        src, out = self.analysis.op_masks(node, grad=True)
+        return bool(src and out)
+
+    # -- the checks -----------------------------------------------------------------------------
+    def run(self, feed: dict[str, np.ndarray]) -> LocalOutcome:
+        outcome = LocalOutcome()
+        plain, custom = self._ops(outcome)
+        if not plain and not custom:
+            return outcome
+        self.progress(f"local checks: recording {len(plain) + len(custom)} ops")
+        values = self._record(plain + custom, feed)
+        outcome.runs += 1
+        for chunk in self._chunks(plain, values):
+            self._check_plain(chunk, values, outcome)
+        for op in custom:
+            self._check_custom(op, values, feed, outcome)
+        return outcome
+
+    def _record(self, ops: list[Any], feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tensors = {t.name: t for op in ops for t in op.inputs if t.dtype.name not in ("resource", "variant")}
+        names = sorted(tensors)
+        got = self.forensics._run([tensors[n] for n in names], feed)  # noqa: SLF001
+        return {n: np.asarray(v) for n, v in zip(names, got)}
+
+    def _chunks(self, ops: list[Any], values: dict[str, np.ndarray]) -> list[list[Any]]:
+        chunks: list[list[Any]] = [[]]
+        size = 0
+        for op in ops:
+            nbytes = sum(values[t.name].size * 8 for t in op.inputs if t.name in values and _is_float(t))
+            if chunks[-1] and size + nbytes > CHUNK_BYTES:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(op)
+            size += nbytes
+        return [c for c in chunks if c]
+
+    def _direction(self, x: np.ndarray) -> np.ndarray:
+        """A random direction scaled element by element to the value it moves (plus the typical magnitude), so that
+        a relative step moves every entry in its own regime: an attention mask's -1e9 beside logits of order 1."""
+        a = np.abs(x, dtype=np.float64) if x.dtype != np.float64 else np.abs(x)
+        typical = float(np.median(a)) if a.size else 0.0
+        floor = typical if typical > 0 and math.isfinite(typical) else (float(a.max()) if a.size and a.max() > 0
+                                                                         else 1.0)
+        return self.rng.standard_normal(x.shape, dtype=np.float32).astype(np.float64) * (a + floor)
+
+    def _item(self, op, values: dict[str, np.ndarray], kind, dtype: str, moved: list[int]) -> _Item | None:
+        x = [np.asarray(values[op.inputs[i].name], np.float64) for i in moved]
+        if any(not np.all(np.isfinite(a)) for a in x):
+            return None
+        outputs = frozenset(t.name for t in self.forensics._outputs.values())  # noqa: SLF001
+        return _Item(op, moved, x, [self._direction(a) for a in x], _consumed(op, outputs), dtype, kind)
+
+    def _check_plain(self, ops: list[Any], values: dict[str, np.ndarray], outcome: LocalOutcome) -> None:
+        import tensorflow as tf
+
+        graph = tf.Graph()
+        items: list[_Item] = []
+        with graph.as_default():
+            feeds, phis = [], []
+            for k, op in enumerate(ops):
+                exact = _value_free(op)
+                dtype = "float64" if not exact and self._upcast(op) else op.outputs[0].dtype.name
+                moved = [i for i, t in enumerate(op.inputs) if _is_float(t)]
+                item = self._item(op, values, "op", dtype, moved)
+                if item is None or not item.outputs:
+                    continue
+                item.exact = exact
+                built = _copy_op(op, k, values, item, dtype)
+                if built is None:
+                    outcome.unchecked.append((self.forensics._ref(op), "it cannot be copied on its own"))  # noqa: SLF001
+                    continue
+                placeholders, phi = built
+                items.append(item)
+                feeds.append(placeholders)
+                phis.append(phi)
+            if not items:
+                return
+            grads = _gradients(items, feeds, phis)
+        config = tf.compat.v1.ConfigProto()
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        with tf.compat.v1.Session(graph=graph, config=config) as session:
+            def run(which: list[int], t: float) -> list[float]:
+                feed = {}
+                for j in which:
+                    it = items[j]
+                    for p, x, d in zip(feeds[j], it.x, it.d):
+                        feed[p] = (x + t * d).astype(p.dtype.as_numpy_dtype)
+                outcome.runs += 1
+                return [float(v) for v in session.run([phis[j] for j in which], feed)]
+
+            def start(which: list[int]) -> None:
+                """Each item's gradient and phi(0) at its point, one run, and its line from there."""
+                at0 = {p: x.astype(p.dtype.as_numpy_dtype) for j in which for p, x in zip(feeds[j], items[j].x)}
+                got = session.run([(phis[j], grads[j]) for j in which], at0)
+                outcome.runs += 1
+                for j, (phi0, g) in zip(which, got):
+                    it = items[j]
+                    it.g = [np.zeros_like(x) if gi is None else np.asarray(gi, np.float64) for gi, x in zip(g, it.x)]
+                    _start_line(it, float(phi0))
+
+            every = list(range(len(items)))
+            start(every)
+            self._sweep(items, every, run)
+            kinked = [j for j in every if items[j].verdict != "pass" and items[j].op.type in KINK_OPS]
+            if kinked:  # a tie or a zero exactly at the kink: TensorFlow's gradient there is one subgradient
+                for j in kinked:
+                    items[j].nearby = True
+                    items[j].x = [x + NEARBY * self._direction(x) for x in items[j].x]
+                start(kinked)
+                self._sweep(items, kinked, run)
+        outcome.checks.extend(self._judged(it) for it in items)
+
+    def _upcast(self, op) -> bool:
+        key = _shape_key(op)[:2]
+        if key not in self._f64:
+            self._f64[key] = _float64_kernel(op)
+        return self._f64[key]
+
+    def _sweep(self, items: list[_Item], pending: list[int], run: Callable[[list[int], float], list[float]]) -> None:
+        """numeric.sweep's ladder for the items `pending` at once: each step evaluated (both signs) for the items
+        still undecided, in one run per sign."""
+        ladders = {j: _EXACT_LADDER if items[j].exact else
+                   sweep.ladder_for(_EPS[items[j].dtype], items[j].dtype == "float64") for j in pending}
+        depth = max(len(ladder.steps) for ladder in ladders.values())
+        for i in range(depth):
+            pending = [j for j in pending if i < len(ladders[j].steps)]
+            if not pending:
+                break
+            for sign in (1.0, -1.0):
+                by_step: dict[float, list[int]] = {}
+                for j in pending:
+                    by_step.setdefault(ladders[j].steps[i], []).append(j)
+                for h, which in by_step.items():
+                    for j, phi in zip(which, run(which, sign * h)):
+                        _add_point(items[j], sign * h, phi)
+            still = []
+            for j in pending:
+                if items[j].exact:
+                    _exact_verdict(items[j])
+                    continue
+                if i + 1 >= ladders[j].min_steps:
+                    it = items[j]
+                    it.est = sweep.analyse(it.line)
+                    it.verdict = sweep.classify(it.est, _floor(it.dtype), 1e-2)
+                    if it.est.nonfinite or it.verdict != "unresolved":
+                        continue
+                still.append(j)
+            pending = still
+
+    def _judged(self, it: _Item) -> LocalCheck:
+        check = self._judgement(it)
+        shared = self.shared.get(it.op.name, 1)
+        return replace(check, shared=shared) if shared > 1 else check
+
+    def _judgement(self, it: _Item) -> LocalCheck:
+        ref = self.forensics._ref(it.op)  # noqa: SLF001
+        est = it.est
+        evals = it.line.evaluations + 1
+        if it.exact:
+            tol = _EXACT_TOL[it.dtype]
+            why = None if it.verdict == "pass" else (
+                "outputs not finite along the line" if it.rel is None else
+                f"linear in its inputs, its differences are exact up to rounding: {it.rel:.3g} relative" +
+                (" apart" if it.verdict == "fail" else f", above rounding ({tol:g}) and below a clear error (1e-2)"))
+            return LocalCheck(ref, it.kind, it.verdict, it.dtype, it.rel, tol, evals, why)  # type: ignore[arg-type]
+        if est is None:
+            return LocalCheck(ref, it.kind, "undecided", it.dtype, None, None, evals, "no step evaluated")
+        rel, bound = est.rel_error, est.rel_threshold(_floor(it.dtype))
+        if it.verdict == "pass":
+            return LocalCheck(ref, it.kind, "pass", it.dtype, rel, bound, evals, None if not it.nearby else
+                              f"the recorded values sit on a kink of {it.op.type} (a tie or a zero: TensorFlow's "
+                              f"gradient there is one subgradient); at a point {NEARBY:g} away, relative, it agrees")
+        if it.verdict == "fail":
+            return LocalCheck(ref, it.kind, "fail", it.dtype, rel, bound, evals,
+                              f"differences converge to {est.numeric:.6g} while the gradient gives {est.autodiff:.6g}")
+        why = ("outputs not finite along the line" if est.nonfinite else
+               "the differences did not settle within the steps" if it.verdict == "unresolved" else
+               f"the sweep says {it.verdict}")
+        return LocalCheck(ref, it.kind, "undecided", it.dtype, rel, bound, evals, why)
+
+    # -- custom gradients, in the frozen graph ----------------------------------------------------
+    def _check_custom(self, op, values: dict[str, np.ndarray], feed: dict[str, np.ndarray],
+                      outcome: LocalOutcome) -> None:
+        import tensorflow as tf
+
+        f = self.forensics
+        ref = f._ref(op)  # noqa: SLF001
+        floats = [i for i, t in enumerate(op.inputs) if _is_float(t)]
+        with f._graph.as_default():  # noqa: SLF001
+            try:
+                probe = tf.gradients([op.outputs[i] for i in range(len(op.outputs)) if _is_float(op.outputs[i])],
+                                     [op.inputs[i] for i in floats])
+            except Exception as exc:  # noqa: BLE001 - a gradient function the frozen graph cannot call
+                outcome.unchecked.append((ref, f"its custom gradient cannot run on the frozen graph ({exc})"))
+                return
+        moved = [i for i, g in zip(floats, probe) if g is not None]
+        if any(t.dtype.name == "resource" for t in op.inputs):
+            outcome.unchecked.append((ref, "the variables its custom gradient differentiates are not checked locally"))
+            return
+        # tf.custom_gradient's IdentityN: the results first, then the inputs its gradient function receives
+        results = min(moved) if op.type == "IdentityN" and moved else len(op.outputs)
+        item = self._item(op, values, "custom_gradient", op.outputs[0].dtype.name, moved)
+        if item is None or not moved:
+            outcome.unchecked.append((ref, "its custom gradient gives no input a gradient at the recorded values"
+                                      if item is not None else "its inputs are not finite at the recorded values"))
+            return
+        item.outputs = [i for i in range(results) if _is_float(op.outputs[i])]
+        f._stale()  # noqa: SLF001 - gradients were added to the graph
+        self._custom_line(item, feed, outcome)
+        outcome.checks.append(self._judged(item))
+
+    def _custom_line(self, it: _Item, feed: dict[str, np.ndarray], outcome: LocalOutcome) -> None:
+        import tensorflow as tf
+
+        f = self.forensics
+        op = it.op
+        outs = [op.outputs[i] for i in it.outputs]
+        ins = [op.inputs[i] for i in it.moved]
+        with f._graph.as_default():  # noqa: SLF001
+            phi_t = _projection(outs, 0)
+            grads = [_dense64(g) if g is not None else None for g in tf.gradients(phi_t, ins)]
+        f._stale()  # noqa: SLF001
+
+        def at(t: float) -> dict:
+            return {ins[k]: (x + t * d).astype(ins[k].dtype.as_numpy_dtype) for k, (x, d) in enumerate(zip(it.x, it.d))}
+
+        phi0, g = f._run([phi_t, [g for g in grads if g is not None]], feed, at(0.0))  # noqa: SLF001
+        given = iter(g)
+        g = [next(given) if gi is not None else None for gi in grads]
+        outcome.runs += 1
+        it.g = [np.zeros_like(x) if gi is None else np.asarray(gi, np.float64) for gi, x in zip(g, it.x)]
+        _start_line(it, float(phi0))
+
+        def run(_which: list[int], t: float) -> list[float]:
+            outcome.runs += 1
+            return [float(f._run(phi_t, feed, at(t)))]  # noqa: SLF001
+
+        self._sweep([it], [0], run)
+
+
+_EXACT_LADDER = sweep.Ladder(steps=(1.0,), min_steps=1)
+# The relative error rounding explains in an exact check (sums of thousands of terms included), per dtype; above
+# CLEAR the op's gradient is wrong; between, undecided.
+_EXACT_TOL = {"float64": 1e-10, "float32": 1e-4, "float16": 3e-2, "bfloat16": 1e-1}
+CLEAR = 1e-2
+
+
+def _exact_verdict(it: _Item) -> None:
+    """A value-free op's check from one step: its central difference of psi is psi'(0) up to rounding."""
+    line = it.line
+    (p_plus, lin_plus), (p_minus, lin_minus) = line.points[1.0], line.points[-1.0]
+    delta = ((p_plus - lin_plus) - (p_minus - lin_minus)) / 2.0
+    numeric = line.autodiff + delta
+    denominator = max(line.scale, abs(numeric))
+    if not all(math.isfinite(v) for v in (p_plus, p_minus, lin_plus, lin_minus)):
+        it.rel, it.verdict = None, "undecided"
+        return
+    it.rel = abs(delta) / denominator if denominator > 0 else 0.0
+    limit = _EXACT_TOL[it.dtype]
+    it.verdict = "pass" if it.rel <= limit else "fail" if it.rel > max(CLEAR, 100 * limit) else "undecided"
+
+
+def _floor(dtype: str) -> float:
+    return floor_for(dtype)
+
+
+def _start_line(it: _Item, phi0: float) -> None:
+    """The line of `it` from its recorded point: <g, d> its gradient's slope, the terms' magnitude its scale."""
+    autodiff = float(sum(np.sum(g * d) for g, d in zip(it.g, it.d)))
+    scale = float(sum(np.sum(np.abs(g * d)) for g, d in zip(it.g, it.d)))
+    eps = _EPS[it.dtype]
+    phi_norm = abs(phi0) + 1e-300
+    it.line = sweep.Line(evaluate=lambda _t: (math.nan, math.nan), autodiff=autodiff, scale=scale,
+                         sigma_floor=eps * phi_norm, phi_norm=phi_norm,
+                         low_precision_autodiff=it.dtype != "float64", phi0=phi0)
+
+
+def _add_point(it: _Item, t: float, phi: float) -> None:
+    """phi(t) and the change the gradient predicts for the point really fed (rounded to the item's dtype)."""
+    np_dtype = np.float64 if it.dtype == "float64" else np.dtype(it.dtype) if it.dtype != "bfloat16" else np.float32
+    lin = float(sum(np.sum(g * ((x + t * d).astype(np_dtype).astype(np.float64) - x))
+                    for g, x, d in zip(it.g, it.x, it.d)))
+    it.line.points[t] = (phi - it.line.phi0, lin)
+    it.line.evaluations += 1
+
+
+def _copy_op(op, k: int, values: dict[str, np.ndarray], item: _Item, dtype: str):
+    """The op copied alone into the default graph (placeholders for its float inputs in `dtype`, constants for the
+    rest), with phi = sum(u·outputs) and its gradient: (placeholders, phi, gradients) or None."""
+    import tensorflow as tf
+
+    node = type(op.node_def)()
+    node.CopyFrom(op.node_def)
+    node.name = f"local{k}"
+    del node.input[:]
+    for key in [a for a in node.attr if a.startswith("_")]:
+        del node.attr[key]
+    if dtype == "float64":
+        _to_float64(node)
+    placeholders, inputs = [], []
+    for i, t in enumerate(op.inputs):
+        if i in item.moved:
+            p = tf.compat.v1.placeholder(tf.float64 if dtype == "float64" else t.dtype, values[t.name].shape,
+                                         name=f"local{k}_in{i}")
+            placeholders.append(p)
+            inputs.append(p)
+        else:
+            inputs.append(tf.constant(values[t.name], dtype=_out_dtype(t, dtype), name=f"local{k}_const{i}"))
+    graph = tf.compat.v1.get_default_graph()
+    try:
+        copy = graph.create_op(node.op, inputs, [_out_dtype(t, dtype) for t in op.outputs], name=node.name,
+                               attrs=dict(node.attr), compute_device=False)
+    except Exception:  # noqa: BLE001 - an op whose attributes cannot stand alone is checked elsewhere
+        return None
+    return placeholders, _projection([copy.outputs[i] for i in item.outputs], k)
+
+
+def _gradients(items: list[_Item], feeds: list[list[Any]], phis: list[Any]) -> list[list[Any]]:
+    """Each copy's registered gradient of its phi, from one tf.gradients call over the chunk (the copies are
+    apart, so the sum's gradient at a copy's inputs is its own). An input the registered gradient leaves out (a
+    batch norm's statistics in inference) is held at its value: the static pass says what that cuts."""
+    import tensorflow as tf
+
+    flat = [p for ps in feeds for p in ps]
+    got = iter(tf.gradients(tf.add_n(phis), flat))
+    grads = []
+    for it, ps in zip(items, feeds):
+        mine = [next(got) for _ in ps]
+        for j, g in enumerate(mine):
+            if g is None:
+                it.d[j] = np.zeros_like(it.d[j])
+        grads.append([_dense64(g) if g is not None else tf.zeros_like(p, tf.float64) for g, p in zip(mine, ps)])
+    return grads
+
+
+def _dense64(g):
+    """A gradient as a dense float64 tensor (a gather's gradient is IndexedSlices)."""
+    import tensorflow as tf
+
+    return tf.cast(tf.convert_to_tensor(g), tf.float64)
+
+
+def _projection(outputs: list, k: int):
+    """phi = sum(u · outputs) in float64 for a fixed pseudo-random signed cotangent u (made in the graph, so
+    no output needs its shape known beforehand)."""
+    import tensorflow as tf
+
+    terms = []
+    for j, o in enumerate(outputs):
+        u = tf.sign(tf.random.stateless_uniform(tf.shape(o), seed=[k + 1, j], dtype=tf.float64) - 0.5)
+        terms.append(tf.reduce_sum(tf.cast(o, tf.float64) * u))
+    return tf.add_n(terms)
+
+
+def _out_dtype(t, dtype: str):
+    import tensorflow as tf
+
+    return tf.float64 if dtype == "float64" and t.dtype.as_datatype_enum in _LOW else t.dtype
+
+
+def _to_float64(node) -> None:
+    for a in node.attr.values():
+        if a.HasField("type") and a.type in _LOW:
+            a.type = _FLOAT64
+        elif a.HasField("list") and a.list.type:
+            a.list.type[:] = [_FLOAT64 if x in _LOW else x for x in a.list.type]
+
+
+# -- the stage: when it decides, and what it says ------------------------------------------------------------
+# Trainable parameters from which the local checks decide a model's numeric checks by default (--local-checks auto):
+# below, the whole-model float64 checks cost little; above, a float64 copy and its sweeps cost several times the
+# model's own forward and backward.
+LARGE_MODEL = 1_000_000
+
+
+def model_parameters(fn) -> int:
+    """The trainable parameters the signature function captures."""
+    return int(sum(v.shape.num_elements() or 0 for v in getattr(fn, "trainable_variables", ()) or ()))
+
+
+def shared_forensics(loads, analysis):
+    """One frozen copy of the loaded model per audit (its freeze costs about a forward and backward of a ResNet50),
+    for the local checks and the probes' forensics."""
+    from .forensics import Forensics
+
+    made = getattr(loads, "_forensics", None)
+    if made is None:
+        made = Forensics(loads.get(False).fn, analysis.graph, analysis.gradient_functions)
+        loads._forensics = made  # noqa: SLF001 - ModelLoads carries what its loaded model's users share
+    return made
+
+
+def run_local(loads, analysis, point: dict[str, np.ndarray], seed: int,
+              progress: Callable[[str], None] | None = None) -> LocalOutcome:
+    """The local checks of every op at `point`: never raises for a model TensorFlow cannot freeze or run there
+    (the outcome has no checks and says why in `unchecked`)."""
+    from ..errors import raised_by_tensorflow
+    from ..numeric.runner import describe
+
+    checker = LocalChecker(shared_forensics(loads, analysis), np.random.default_rng([seed, 7]), progress, analysis)
+    try:
+        return checker.run(point)
+    except Exception as exc:
+        if not raised_by_tensorflow(exc):
+            raise
+        return LocalOutcome(unchecked=[(OpRef("<graph>", "<graph>", "<graph>"),
+                                        f"TensorFlow could not freeze or run the frozen graph: {describe(exc)}")])
+
+
+def verdict(outcome: LocalOutcome):
+    """The numeric.LocalVerdict the local checks give the whole model, None when they leave it undecided (an op
+    undecided or not checkable here: the whole-model checks decide then)."""
+    from ..numeric import LocalVerdict
+
+    if outcome.failed:
+        first = max(outcome.failed, key=lambda c: c.rel_error or 0.0)
+        names = ", ".join(c.op.short for c in outcome.failed[:3]) + (" ..." if len(outcome.failed) > 3 else "")
+        return LocalVerdict("fail", f"local checks: the gradient of {names} disagrees with its differences at the "
+                            "values the model's forward gave it", first.dtype, _evaluations(outcome), first.rel_error)
+    if not outcome.complete:
+        return None
+    ops = sum(c.shared for c in outcome.checks)
+    exact = sum(c.shared for c in outcome.checks if c.bound is not None and c.evidence is None
+                and c.op.op_type in VALUE_FREE)
+    dtypes = sorted({c.dtype for c in outcome.checks if c.op.op_type not in VALUE_FREE} or {"float32"})
+    worst = max((c.rel_error or 0.0 for c in outcome.checks), default=0.0)
+    evidence = (f"decided by local checks: {ops} ops, each checked on its own at the values the model's forward gave "
+                f"it ({exact} linear in their inputs, checked once per type, attributes and shapes; the rest in "
+                f"{'/'.join(dtypes)} at their own values), composed by TensorFlow's chain rule; no whole-model "
+                "differences were taken")
+    return LocalVerdict("pass", evidence, dtypes[-1] if len(dtypes) == 1 else "float32", _evaluations(outcome), worst)
+
+
+def _evaluations(outcome: LocalOutcome) -> int:
+    return outcome.runs
+
+
+def findings(outcome: LocalOutcome, analysis) -> list[Finding]:
+    """One gradient-mismatch finding per op whose gradient failed its local check, naming the op, its sources and
+    outputs (from the static masks of its node)."""
+    from ..rules import numeric as rules
+
+    nodes = {n.ref: n for n in analysis.graph.ops.values()}
+    names = [s.name for s in analysis.sources]
+    outs = [o.name for o in analysis.outputs]
+    found = []
+    for c in outcome.failed:
+        node = nodes.get(c.op)
+        src, out = analysis.op_masks(node, grad=True) if node is not None else (0, 0)
+        what = "custom gradient" if c.kind == "custom_gradient" else "registered gradient (TensorFlow's own)"
+        found.append(rules.GradientMismatch.finding(
+            f"The {what} of {c.op.label} is not the derivative of its forward at the values the "
+            f"model's forward gave it: checked on its own in {c.dtype}, relative error {c.rel_error:.3g} against a "
+            f"bound of {c.bound:.3g} ({c.evidence})",
+            op=c.op, sources=tuple(n for i, n in enumerate(names) if src >> i & 1),
+            outputs=tuple(n for j, n in enumerate(outs) if out >> j & 1)))
+    return found
+
+
+def notes(outcome: LocalOutcome, decided: bool) -> list[str]:
+    lines = []
+    if outcome.checks:
+        by = {s: sum(c.shared for c in outcome.checks if c.status == s) for s in ("pass", "fail", "undecided")}
+        lines.append(f"Local checks: {sum(by.values())} ops at the values the model's forward gave them: {by['pass']} "
+                     f"pass, {by['fail']} fail, {by['undecided']} undecided ({outcome.runs} runs)"
+                     + ("; they decide the numeric checks" if decided else "; the whole-model checks decide"))
+    for c in outcome.undecided[:3]:
+        lines.append(f"Local checks: {c.op.label} undecided on its own: {c.evidence}")
+    for ref, why in outcome.unchecked[:5]:
+        lines.append(f"Local checks: {ref.label} not checked on its own: {why}")
+    if len(outcome.unchecked) > 5:
+        lines.append(f"Local checks: {len(outcome.unchecked) - 5} more ops not checked on their own")
+    return lines

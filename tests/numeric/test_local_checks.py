@@ -1,0 +1,192 @@
+"""Local checks (stability/local.py): each op's gradient on its own at the values the model's forward gave it.
+
+The truth is TensorFlow's: the wrong gradients here are written on purpose (a custom gradient 1% off, a gradient
+override on Sin), and the test measures on the loaded model, with tf.GradientTape against central differences in
+float64 of its own forward, that the model's gradient really is off before asserting what gradaudit says.
+A model of a million trainable parameters or more is decided by the local checks by default (--local-checks auto):
+no float64 copy of it is made.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gradaudit.api import AuditOptions, audit_saved_model
+
+WIDTH = 1024  # a 1024 x 1024 dense layer: above stability.local.LARGE_MODEL (1M trainable parameters)
+
+
+def _big_model(path: str, wrong: float) -> None:
+    """A conv block, then a wide dense layer, then an activation with a hand-written gradient (`wrong`: its
+    relative error), then a head: over a million trainable parameters, float32."""
+    rng = np.random.default_rng(0)
+
+    @tf.custom_gradient
+    def softplus(x):
+        y = tf.math.softplus(x)
+
+        def grad(dy):
+            return dy * tf.sigmoid(x) * (1.0 + wrong)
+
+        return y, grad
+
+    class Big(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = tf.Variable(rng.normal(0, 0.3, (3, 3, 1, 4)).astype("float32"), name="conv")
+            self.w1 = tf.Variable(rng.normal(0, 0.05, (64, WIDTH)).astype("float32"), name="w1")
+            self.w2 = tf.Variable(rng.normal(0, 0.05, (WIDTH, WIDTH)).astype("float32"), name="w2")
+            self.w3 = tf.Variable(rng.normal(0, 0.05, (WIDTH, 3)).astype("float32"), name="w3")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32)])
+        def __call__(self, x):
+            h = tf.nn.relu(tf.nn.conv2d(x, self.k, 1, "SAME"))
+            h = tf.reshape(tf.nn.max_pool2d(h, 2, 2, "VALID"), [-1, 64])
+            h = tf.tanh(h @ self.w1)
+            h = softplus(h @ self.w2)
+            return {"y": h @ self.w3}
+
+    m = Big()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.__call__},
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+
+
+def _relative_gradient_error(path: str) -> float:
+    """How far the loaded model's gradient (tf.GradientTape through its saved custom gradient) is from the true
+    derivative: the same forward rebuilt in float64 from the loaded variables with TensorFlow's own ops, whose
+    registered float64 gradients the tape composes. Relative, over a batch of random inputs."""
+    loaded = tf.saved_model.load(path)
+    fn = loaded.signatures["serving_default"]
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 8, 8, 1)).astype("float32")
+    u = rng.normal(size=(2, 3))
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        phi = tf.reduce_sum(fn(x=xt)["y"] * u.astype("float32"))
+    saved = tape.gradient(phi, xt).numpy().astype(np.float64)
+    w = {n: tf.constant(getattr(loaded, a).numpy().astype(np.float64))
+         for n, a in (("conv", "k"), ("w1", "w1"), ("w2", "w2"), ("w3", "w3"))}
+    x64 = tf.constant(x.astype(np.float64))
+    with tf.GradientTape() as tape:
+        tape.watch(x64)
+        h = tf.nn.relu(tf.nn.conv2d(x64, w["conv"], 1, "SAME"))
+        h = tf.reshape(tf.nn.max_pool2d(h, 2, 2, "VALID"), [-1, 64])
+        h = tf.math.softplus(tf.tanh(h @ w["w1"]) @ w["w2"])
+        phi64 = tf.reduce_sum((h @ w["w3"]) * u)
+    true = tape.gradient(phi64, x64).numpy()
+    return float(np.linalg.norm(saved - true) / np.linalg.norm(true))
+
+
+@pytest.fixture(scope="module")
+def big_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("local")
+    paths = {}
+    for name, wrong in (("healthy", 0.0), ("wrong", 0.01)):
+        paths[name] = str(root / name)
+        _big_model(paths[name], wrong)
+    return paths
+
+
+@pytest.mark.slow
+def test_a_wrong_custom_gradient_inside_a_large_model_is_caught_and_named(big_models):
+    assert _relative_gradient_error(big_models["wrong"]) > 2e-3  # the truth: TensorFlow's gradient is off
+    report = audit_saved_model(big_models["wrong"], AuditOptions())
+    assert report.verdict("error") == "fail"
+    mismatches = [f for f in report.findings if f.code == "GA201"]
+    assert mismatches and mismatches[0].op is not None and mismatches[0].op.op_type == "IdentityN"
+    assert "custom gradient" in mismatches[0].message
+    failed = [c for c in report.local if c.status == "fail" and c.scale is None]
+    assert [c.kind for c in failed] == ["custom_gradient"] and failed[0].rel_error > failed[0].bound
+    assert {n.status for n in report.numeric if n.scale is None} == {"fail"}
+
+
+@pytest.mark.slow
+def test_a_healthy_large_model_is_decided_by_its_local_checks_without_a_float64_copy(big_models, monkeypatch):
+    assert _relative_gradient_error(big_models["healthy"]) < 1e-4
+    import gradaudit.numeric.runner as runner
+
+    loaded = []
+    real = runner.load
+    monkeypatch.setattr(runner, "load", lambda info, tags, float64, **kw: loaded.append(float64)
+                        or real(info, tags, float64, **kw))
+    report = audit_saved_model(big_models["healthy"], AuditOptions())
+    assert report.verdict("error") == "pass", [f.message for f in report.findings]
+    assert loaded == [False]  # the model as saved, once; no float64 copy
+    rows = [n for n in report.numeric if n.scale is None]
+    assert rows and all(n.status == "pass" and "decided by local checks" in (n.evidence or "") for n in rows)
+    assert report.local and all(c.status == "pass" for c in report.local)
+    kinds = {c.op.op_type for c in report.local}
+    assert {"IdentityN", "Relu", "MaxPool", "Tanh", "Conv2D", "MatMul"} <= kinds
+    assert any(c.shared > 1 for c in report.local if c.op.op_type == "MatMul") or \
+        sum(c.op.op_type == "MatMul" for c in report.local if c.scale is None) >= 1
+
+
+@pytest.mark.slow
+def test_the_whole_model_checks_agree_on_the_large_models(big_models):
+    """The same verdicts from the float64 whole-model path (--local-checks never): the local path is not a laxer
+    judge."""
+    assert audit_saved_model(big_models["wrong"], AuditOptions(local_checks="never")).verdict("error") == "fail"
+    assert audit_saved_model(big_models["healthy"], AuditOptions(local_checks="never")).verdict("error") == "pass"
+
+
+def _variable_gradient_model(path: str, wrong: float) -> None:
+    """A custom gradient that differentiates a variable it reads (tf.custom_gradient's `variables`), wrong by
+    `wrong` for the variable only."""
+    w = tf.Variable(np.linspace(0.5, 1.5, 3).astype("float32"), name="w")
+
+    @tf.custom_gradient
+    def scaled(x):
+        y = tf.sin(x * w)
+
+        def grad(dy, variables=None):
+            c = dy * tf.cos(x * w)
+            return c * w, [tf.reduce_sum(c * x, axis=0) * (1.0 + wrong)]
+
+        return y, grad
+
+    class M(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = w
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+        def __call__(self, x):
+            return {"y": scaled(x) * 2.0}
+
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.__call__},
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+
+
+@pytest.mark.parametrize("wrong", [0.05, 0.0])
+def test_a_custom_gradient_of_a_variable_is_left_to_the_whole_model_checks(tmp_path, wrong):
+    """A custom gradient whose function captures a variable cannot be run on the frozen graph (no variables there):
+    the local checks leave it unchecked and do not decide; the whole-model checks do, catching the variable's wrong
+    gradient."""
+    path = os.path.join(tmp_path, "m")
+    _variable_gradient_model(path, wrong)
+    report = audit_saved_model(path, AuditOptions(local_checks="always"))
+    assert any("IdentityN" in n and "not checked on its own" in n for n in report.notes)
+    rows = [n for n in report.numeric if n.scale is None]
+    assert rows and not any("decided by local checks" in (n.evidence or "") for n in rows)
+    assert report.verdict("error") == ("fail" if wrong else "pass")
+
+
+def test_a_kink_at_the_recorded_values_is_checked_at_a_nearby_point_and_says_so(samples):
+    """sample_models/cnn: a max-pool over ReLU outputs, whose zeros tie in its windows at the synthesised point."""
+    report = audit_saved_model(os.path.join(samples, "cnn"), AuditOptions(local_checks="always"))
+    assert report.verdict("error") == "pass"
+    pools = [c for c in report.local if c.op.op_type == "MaxPool" and c.scale is None]
+    assert pools and pools[0].status == "pass"
+    if pools[0].evidence:  # a tie at the recorded values
+        assert "kink" in pools[0].evidence and "away" in pools[0].evidence
+
+
+def test_never_runs_no_local_check(samples):
+    report = audit_saved_model(os.path.join(samples, "mlp"), AuditOptions(local_checks="never"))
+    assert report.local == [] and report.verdict("error") == "pass"
