@@ -259,16 +259,18 @@ def _audit_keras_file(path: str, options: AuditOptions) -> Report:
     try:
         child, isolation = _in_child("keras", path, options)
     except Stopped as exc:
-        return Report(target=target, isolation=exc.isolation,
+        return Report(target=target, isolation=exc.isolation, runtime_stopped=True,
                       incomplete=[f"the audit of the Keras file {_stopped(exc)}"])
     except WireError as exc:
-        return Report(target=target, incomplete=[f"the audit of the Keras file did not finish: the process running "
-                                                 f"it sent a malformed result ({exc})"])
+        return Report(target=target, runtime_stopped=True,
+                      incomplete=[f"the audit of the Keras file did not finish: the process running it sent a "
+                                  f"malformed result ({exc})"])
     if isinstance(child, InternalError):
         raise child
     if not isinstance(child, Report):
-        return Report(target=target, incomplete=["the audit of the Keras file did not finish: the process running "
-                                                 "it sent measurements instead of its report"])
+        return Report(target=target, runtime_stopped=True,
+                      incomplete=["the audit of the Keras file did not finish: the process running it sent "
+                                  "measurements instead of its report"])
     return replace(child, target=target, isolation=isolation if child.isolation is not None else None)
 
 
@@ -355,7 +357,8 @@ def audit(target: object, *, config: str | os.PathLike[str] | None = None, fail_
 
 
 def _audit_target(target: object, options: dict[str, Any]) -> Report:
-    from .targets.python import KERAS_SUFFIXES, is_python_target, resolve
+    from .targets import KERAS_SUFFIXES, is_python_target
+    from .targets.python import resolve
 
     fields: dict[str, Any] = {k: tuple(v) if k in ("tags", "input_specs", "load_ops") and isinstance(v, list) else v
                               for k, v in options.items()}

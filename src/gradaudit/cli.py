@@ -18,6 +18,7 @@ from .report.changes import DIFF_REPORTERS
 if TYPE_CHECKING:
     from .api import AuditOptions
     from .batch import ModelAudit
+    from .cache import Cache
     from .model import Report
     from .report.diff import Diff
     from .suppress import Policy
@@ -172,14 +173,14 @@ def audit_command(run: AuditRun) -> None:
     Options can also be set in [tool.gradaudit] of pyproject.toml, keyed by option name (fail-on = "warning");
     the command line wins."""
     run = _load_ops_from_config(run)
-    if run.timeout and not run.static_only and run.jobs <= 1:  # models will run in children of this process
-        from .isolate import prestart  # the first one imports TensorFlow beside this process's own import
-
-        prestart(keep_warm=run.recursive or len(run.models) > 1)
-    from .batch import import_tensorflow_quietly
-
-    import_tensorflow_quietly()
-    audits = _run_audits(run)
+    paths = _models(run)
+    cache = _open_cache(run)
+    found = cache.lookup(paths) if cache is not None else {}
+    if len(found) < len(paths):  # a model to audit: TensorFlow is needed (a run read from the cache needs none)
+        _prepare_runtime(run)
+    audits = _run_audits(run, paths, found)
+    if cache is not None:
+        cache.store(audits)
     policy = _policy(run)
     failures = [a.failure for a in audits if a.failure]
     reports = [policy.apply(r) for a in audits for r in a.reports]
@@ -191,31 +192,71 @@ def audit_command(run: AuditRun) -> None:
     sys.exit(_exit_code(run, reports, bool(failures), changes))
 
 
-def _run_audits(run: AuditRun) -> list[ModelAudit]:
-    """Every model the command names, found, sharded and audited; a usage or load error exits 2 with one line,
-    as does gradaudit failing before any audit."""
-    from .batch import audit_models, find_models
-    from .errors import GradauditError
-    from .report import terminal
+def _prepare_runtime(run: AuditRun) -> None:
+    """Before the first audit: the child that will run the models starts importing TensorFlow beside this
+    process's own import."""
+    if run.timeout and not run.static_only and run.jobs <= 1:  # models will run in children of this process
+        from .isolate import prestart
+
+        prestart(keep_warm=run.recursive or len(run.models) > 1)
+    from .batch import import_tensorflow_quietly
+
+    import_tensorflow_quietly()
+
+
+def _open_cache(run: AuditRun) -> Cache | None:
+    """--cache: the run's cache of reports (None without it)."""
+    if run.cache is None:
+        return None
+    from .cache import Cache
+
+    return Cache(run.cache, _audit_options(run), run.all_signatures, lambda line: click.echo(line, err=True))
+
+
+@contextmanager
+def _one_line_errors(debug: bool) -> Iterator[None]:
+    """A usage or load error, or gradaudit failing before any audit: one line and exit 2 (--debug shows the
+    traceback)."""
+    from .errors import GradauditError, InternalError
 
     try:
+        yield
+    except GradauditError as exc:
+        _fail(str(exc), debug)
+    except Exception as exc:  # noqa: BLE001 - one line, exit 2; --debug shows the traceback
+        _fail(str(InternalError("preparing the audit", exc)), debug)
+
+
+def _models(run: AuditRun) -> list[str]:
+    """Every model the command names, found and sharded; a usage error (a bad --select or --ignore included)
+    exits 2 with one line before any model is read."""
+    from .batch import find_models
+
+    with _one_line_errors(run.debug):
         paths = find_models(run.models, run.recursive)
         if run.shard:
             from .shard import select as select_shard
 
             paths = select_shard(paths, run.models, run.shard)
             click.echo(f"gradaudit: shard {run.shard[0]}/{run.shard[1]}: {len(paths)} model(s)", err=True)
-        _policy(run)  # a bad --select or --ignore is a usage error before any model is read
-        to_stdout = any(path is None for _, path in run.targets())
-        with terminal.progress(len(paths)) as advance, terminal.status(len(paths) == 1), _stdout_away(to_stdout):
-            return audit_models(paths, _audit_options(run), all_signatures=run.all_signatures, jobs=run.jobs,
-                                debug=run.debug, on_done=advance)
-    except GradauditError as exc:
-        _fail(str(exc), run.debug)
-    except Exception as exc:  # noqa: BLE001 - one line, exit 2; --debug shows the traceback
-        from .errors import InternalError
+        _policy(run)
+    return paths
 
-        _fail(str(InternalError("preparing the audit", exc)), run.debug)
+
+def _run_audits(run: AuditRun, paths: list[str], found: dict[str, ModelAudit]) -> list[ModelAudit]:
+    """The audits of `paths` in their order: those `found` in the cache, and the others audited."""
+    from .batch import audit_models
+    from .report import terminal
+
+    missing = [p for p in paths if p not in found]
+    to_stdout = bool(missing) and any(path is None for _, path in run.targets())
+    with _one_line_errors(run.debug), terminal.progress(len(paths)) as advance, \
+            terminal.status(len(missing) == 1), _stdout_away(to_stdout):
+        for audit in found.values():
+            advance(audit)
+        audited = iter(audit_models(missing, _audit_options(run), all_signatures=run.all_signatures, jobs=run.jobs,
+                                    debug=run.debug, on_done=advance) if missing else ())
+    return [found[p] if p in found else next(audited) for p in paths]
 
 
 def _exit_code(run: AuditRun, reports: list[Report], failed: bool, changes: Diff | None) -> int:

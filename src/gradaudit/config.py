@@ -30,9 +30,9 @@ COMMAND_LINE_ONLY = frozenset({"allow-unsafe-ops"})
 # in gradaudit's own process, unconfined; `memory-limit = 0` (or "none") lifts the memory limit. Positive
 # values are allowed.
 COMMAND_LINE_ONLY_ZERO = frozenset({"timeout", "memory-limit"})
-# Options that write files: a file may only point them inside its own folder (a checkout's pyproject.toml
-# must not write a report over ~/.bashrc); the command line may point them anywhere.
-WRITTEN = frozenset({"output", "json", "sarif", "junit", "markdown", "html", "write-baseline"})
+# Options that write files (or, --cache, a folder of them): a file may only point them inside its own folder (a
+# checkout's pyproject.toml must not write a report over ~/.bashrc); the command line may point them anywhere.
+WRITTEN = frozenset({"output", "json", "sarif", "junit", "markdown", "html", "write-baseline", "cache"})
 
 
 class ConfigError(GradauditError):

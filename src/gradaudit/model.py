@@ -383,6 +383,9 @@ class Report:
     precision: list[PrecisionResult] = field(default_factory=list)
     # the local checks (one op at a time, at its recorded values) that decided the numeric checks of a large model
     local: list[LocalCheck] = field(default_factory=list)
+    # the part that runs the model brought no result (--timeout, --memory-limit, the process died or sent no
+    # valid result): the report tells of the machine and the moment, not only of the model (--cache keeps none)
+    runtime_stopped: bool = False
 
     def notes_of(self, stage: str) -> list[str]:
         return [n for n, s in zip(self.notes, self.note_stages) if s == stage]

@@ -142,6 +142,10 @@ audit = _declare(
                  help="Audit only the K-th of N parts of the models found (by a hash of each model's path "
                       "relative to the folder it was found in: the same part on every machine). Merge the "
                       "parts' JSON reports with `gradaudit merge`."),
+    click.option("--cache", type=click.Path(file_okay=False), default=None, metavar="DIR",
+                 help="Keep each model's report in DIR; while nothing that decides it changes (the model's files, the "
+                      "options and the files they name, gradaudit, TensorFlow, Python), the next run reads it back "
+                      "instead of auditing (no TensorFlow import, no child process). Python targets are not cached."),
     click.option("--tag", "tags", multiple=True, default=("serve",), show_default=True, callback=_tags,
                  help="Meta graph tag (repeat, or comma-separate, for a tag set)."),
     click.option("--signature", default="serving_default", show_default=True,
@@ -216,6 +220,7 @@ class AuditRun:
     recursive: bool
     jobs: int
     shard: tuple[int, int] | None
+    cache: str | None
     tags: tuple[str, ...]
     signature: str
     all_signatures: bool

@@ -64,7 +64,8 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
                     stability=list(probes.results) if probes else [], notes=[n.text for n in notes],
                     seed=gate.seed, paths=list(static.paths), incomplete=incomplete, isolation=runtime.isolation,
                     note_stages=[n.stage for n in notes],
-                    precision=list(runtime.precision.results) if runtime.precision else [], local=_local(runtime))
+                    precision=list(runtime.precision.results) if runtime.precision else [], local=_local(runtime),
+                    runtime_stopped=runtime.stopped is not None)
     _extend_once(report.incomplete, not_checked(report, gate.inputs_given))
     if report.numeric:
         variables = {s.name for s in report.sources if s.kind == "variable"}

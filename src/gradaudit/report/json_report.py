@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -15,16 +16,32 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 
 
+# TensorFlow's version as a cached report's run recorded it (cache.py: its key holds TensorFlow's installed
+# version, so it is this one's): a run whose reports all come from the cache renders it without importing TensorFlow
+_RECORDED_TENSORFLOW: list[str] = []
+
+
 def tool_info() -> dict[str, str]:
     from ..version import __version__
 
+    return {"name": "gradaudit", "version": __version__, "tensorflow": _tensorflow_version()}
+
+
+def _tensorflow_version() -> str:
+    if _RECORDED_TENSORFLOW and sys.modules.get("tensorflow") is None:
+        return _RECORDED_TENSORFLOW[0]
     try:
         import tensorflow as tf
 
-        tf_version = tf.__version__
+        version: str = tf.__version__
+        return version
     except ImportError:  # pragma: no cover - TensorFlow is a dependency
-        tf_version = "unknown"
-    return {"name": "gradaudit", "version": __version__, "tensorflow": tf_version}
+        return "unknown"
+
+
+def record_tensorflow_version(version: str) -> None:
+    """The version a cached report's run recorded, for `tool` when TensorFlow is not imported (cache.py)."""
+    _RECORDED_TENSORFLOW[:] = [version]
 
 
 def to_dict(report: Report, fail_on: str = "error") -> dict[str, Any]:

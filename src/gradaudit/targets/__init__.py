@@ -8,6 +8,7 @@ then run the model through a SavedModel (a traced target is saved to a temporary
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..model import TargetKind
@@ -15,6 +16,13 @@ from ..model import TargetKind
 if TYPE_CHECKING:
     from ..graph.library import Library
     from .saved_model import SignatureGraph, VariableInfo
+
+# Which kind a target named by a string is, told without TensorFlow (the cache tells it before any import)
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+def is_python_target(target: str) -> bool:
+    return ":" in target and not os.path.isdir(target) and not target.endswith(KERAS_SUFFIXES)
 
 
 class AuditTarget(Protocol):

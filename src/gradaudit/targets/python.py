@@ -19,7 +19,6 @@ from ..graph.library import Library
 from ..model import TargetKind
 from .saved_model import SignatureGraph, TensorSpec, VariableInfo, closure
 
-KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 _SPEC = re.compile(r"^(?P<name>[A-Za-z_][\w./-]*)=(?P<dtype>[a-z0-9]+)\[(?P<dims>[^\]]*)\]$")
 
 
@@ -36,10 +35,6 @@ def parse_input_spec(text: str):
         raise GradauditError(f"--input-spec {text!r}: unknown dtype {m['dtype']!r}") from None
     dims = [None if d in ("None", "?", "") else int(d) for d in m["dims"].split(",")] if m["dims"] else []
     return tf.TensorSpec(dims, dtype, name=m["name"])
-
-
-def is_python_target(target: str) -> bool:
-    return ":" in target and not os.path.isdir(target) and not target.endswith(KERAS_SUFFIXES)
 
 
 def resolve(target: str) -> Any:
