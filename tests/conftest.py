@@ -46,6 +46,14 @@ def static_report(audited):
     return lambda name, **options: audited(name, static_only=True, **options)
 
 
+def pytest_configure(config):
+    """Python's `platform.processor()` starts `uname -p` once per process and caches it; TensorFlow's loader asks
+    for it through h5py. Asked here, before any test, so that no quick-tier test is blamed for that one process."""
+    import platform
+
+    platform.processor()
+
+
 @pytest.fixture(autouse=True)
 def _processes_only_in_the_slow_tier(request, monkeypatch):
     """The quick tier (`-m "not slow"`) starts no process: a test that does (the confined child of a default

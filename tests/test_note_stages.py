@@ -44,7 +44,9 @@ def test_reconcile_fills_every_field_of_the_report_but_the_policy():
         Finding,
         FlowEntry,
         Isolation,
+        LocalCheck,
         NumericResult,
+        OpRef,
         Output,
         PathStep,
         PrecisionResult,
@@ -63,10 +65,11 @@ def test_reconcile_fills_every_field_of_the_report_but_the_policy():
         findings=(Finding("GA306", "squared-denominator", Severity.WARNING, "a division", "fix it"),),
         paths=(BlockedPath("x", "y", (PathStep("Floor", "f", "<graph>"),), 0),), notes=(Note("static", "s"),))
     runtime = RuntimeResult(
-        numeric=NumericPart((NumericResult("x", "y", "inconclusive", None, None, "float64", 3),), (), ("n",)),
+        numeric=NumericPart((NumericResult("x", "y", "inconclusive", None, None, "float64", 3),), (), ("n",),
+                            (LocalCheck(OpRef("Relu", "r", "f"), "op", "pass", "float64", 1e-9, 1e-8, 5),)),
         probes=ProbePart(results=(StabilityResult("x", "y", 1.0, "ok"),), notes=("p",), incomplete=("stopped",)),
         precision=PrecisionPart((PrecisionResult("gradient", "x", "float16", None, 2, 0.0, 0.0, 0.0),),),
-        isolation=Isolation("landlock-abi7", None, None, None))
+        isolation=Isolation("landlock-abi7", None, None, None), stopped="did not finish within --timeout 9 s")
     report = reconcile(static, Gate(run=True, seed=3), runtime)
     defaults = type(report)(target=Target("", "saved_model", None))
     unset = {f.name for f in fields(report) if getattr(report, f.name) == getattr(defaults, f.name)}

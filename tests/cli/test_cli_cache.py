@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -21,10 +20,6 @@ from gradaudit import cache as cache_module
 from .cli_helpers import SAMPLES, run
 
 FORMATS = ("json", "sarif", "junit", "markdown", "html")
-
-# The first in-process run of a model in a session imports h5py (through TensorFlow's loader), which asks
-# platform for the processor, which starts `uname -p` once: asked here, at collection, no test starts it.
-platform.processor()
 
 
 def _copy(name: str, to: Path) -> Path:
