@@ -105,22 +105,23 @@ class Measured:
     polls: int = 0
     cpu_s: float = 0.0                # user + system of the descendants this process and theirs waited for
     lingered_s: float = 0.0           # how long descendants outlived the command (at most `linger`)
+    timeline: list = field(default_factory=list)   # (seconds, tree RSS bytes), about every `every` seconds
 
     def summary(self) -> dict:
         return {"seconds": self.seconds, "returncode": self.returncode, "peak_rss_bytes": self.peak_rss,
                 "peak_pss_bytes": self.peak_pss, "peak_processes": self.peak_processes, "polls": self.polls,
-                "cpu_s": self.cpu_s, "lingered_s": self.lingered_s,
+                "cpu_s": self.cpu_s, "lingered_s": self.lingered_s, "timeline": self.timeline,
                 "processes": sorted(self.per_process.values(), key=lambda p: -p["peak_rss"])}
 
 
 def measure(command: list[str], env: dict[str, str] | None = None, interval: float = 0.025,
-            pss_every: int = 8, cwd: str | None = None, linger: float = 60.0) -> Measured:
+            pss_every: int = 8, cwd: str | None = None, linger: float = 60.0, every: float = 1.0) -> Measured:
     """Run `command` (stdout and stderr captured) and measure its wall time and its tree's peak memory."""
     _subreaper()
     me = os.getpid()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     stop = threading.Event()
-    state = {"rss": 0, "pss": 0, "n": 0, "polls": 0, "per": {}}
+    state = {"rss": 0, "pss": 0, "n": 0, "polls": 0, "per": {}, "timeline": [], "next": 0.0}
     start = time.perf_counter()
 
     def poll() -> None:
@@ -137,6 +138,9 @@ def measure(command: list[str], env: dict[str, str] | None = None, interval: flo
                 entry = state["per"][pid]
                 entry["peak_rss"], entry["last_s"], entry["last_rss"] = max(entry["peak_rss"], r), now, r
             state["rss"] = max(state["rss"], total)
+            if now >= state["next"]:  # a coarse timeline: (seconds, tree RSS) every `every` seconds
+                state["timeline"].append((now, total))
+                state["next"] = now + every
             state["n"] = max(state["n"], sum(1 for pid in pids if state["per"][pid]["last_rss"]))
             if state["polls"] % pss_every == 0:
                 state["pss"] = max(state["pss"], sum(pss(pid) for pid in pids))
@@ -161,7 +165,7 @@ def measure(command: list[str], env: dict[str, str] | None = None, interval: flo
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Measured(command, seconds, proc.returncode, stdout, stderr, state["rss"], state["pss"], state["n"],
-                    state["per"], state["polls"], cpu, lingered)
+                    state["per"], state["polls"], cpu, lingered, state["timeline"])
 
 
 def gib(n: float) -> str:

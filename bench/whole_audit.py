@@ -68,13 +68,25 @@ import_tensorflow_quietly()
 import gradaudit.api as api
 from gradaudit.api import AuditOptions, audit_saved_model
 from gradaudit.progress import observed
+import os, threading
+PAGE = os.sysconf("SC_PAGE_SIZE")
+def rss():
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * PAGE
 stages, steps, loads = {"import TensorFlow": time.perf_counter() - t0}, {}, []
-mark = {"t": time.perf_counter(), "stage": "read saved_model.pb", "step": "read saved_model.pb"}
+peaks = {"import TensorFlow": rss()}  # the process's peak RSS while each step ran (sampled every 25 ms)
+mark = {"t": time.perf_counter(), "stage": "read saved_model.pb", "step": "read saved_model.pb", "peak": rss()}
+def sample():
+    while not done.wait(0.025):
+        mark["peak"] = max(mark["peak"], rss())
+done = threading.Event()
+threading.Thread(target=sample, daemon=True).start()
 def sink(message):
-    now = time.perf_counter()
+    now, peak = time.perf_counter(), max(mark["peak"], rss())
     stages[mark["stage"]] = stages.get(mark["stage"], 0.0) + now - mark["t"]
     steps[mark["step"]] = steps.get(mark["step"], 0.0) + now - mark["t"]
-    mark.update(t=now, stage=message.split(":")[0], step=message)
+    peaks[mark["step"]] = max(peaks.get(mark["step"], 0), peak)
+    mark.update(t=now, stage=message.split(":")[0], step=message, peak=rss())
 _reconcile = api.reconcile
 def reconcile(*args, **kwargs):
     sink("reconcile")
@@ -97,7 +109,9 @@ except (ImportError, AttributeError):
 with observed(sink):
     r = audit_saved_model(sys.argv[1], AuditOptions())
 sink("done")
-print(json.dumps({"stages": stages, "steps": steps, "loads": loads, "total_s": time.perf_counter() - t0,
+done.set()
+print(json.dumps({"stages": stages, "steps": steps, "peak_rss": peaks, "loads": loads,
+                  "total_s": time.perf_counter() - t0,
                   "verdict": r.verdict(), "numeric": [n.to_dict() for n in r.numeric]}))
 """
 
@@ -256,11 +270,14 @@ def print_summary(label: str, r: dict) -> None:
         return
     print(f"  phases of one in-process audit ({ph['total_s']:.1f} s in the process, {ph['process_s']:.1f} s wall; "
           f"load {ph['load']} -> {ph['load_after']}; verdict {ph['verdict']}):")
+    peaks = ph.get("peak_rss", {})
+    print(f"    {'stage / step':66s} {'seconds':>9s}  peak RSS of the process during it")
     for stage, seconds in ph["stages"].items():
-        print(f"    {stage:34s} {seconds:7.2f} s")
+        peak = max((v for k, v in peaks.items() if k.split(":")[0] == stage), default=None)
+        print(f"    {stage:66s} {seconds:7.2f} s  {_gib(peak)}")
         inner = {k: v for k, v in ph["steps"].items() if k.split(":")[0] == stage and k != stage}
         for step, s in inner.items():
-            print(f"      {step.split(':', 1)[1].strip()[:60]:60s} {s:7.2f} s")
+            print(f"      {step.split(':', 1)[1].strip()[:62]:64s} {s:7.2f} s  {_gib(peaks.get(step))}")
     for item in ph["loads"]:
         print(f"    (load of the {item['load']}: {item['seconds']:.2f} s, during {item['during']!r})")
     print(f"    evaluations (in-process report): {_evals(ph['evaluations'])}")
