@@ -21,7 +21,8 @@
    tree (proctree.py), then one in-process audit's phases; evaluations per precision from both reports.
 
     python bench/bench_numeric.py [--repeat N] [--json FILE] [--whole-audit] [--skip-resnet] [--seeds N]
-                                  [--precision] [--mlp] [--lm 110m] [--untied] [--rss] [--skip-phases]
+                                  [--precision] [--mlp] [--lm 110m] [--untied] [--rss] [--in-process]
+                                  [--skip-phases]
 
 Each process is timed from the parent, so interpreter start-up counts on both sides; with --repeat N the
 fastest of N runs is kept on each side (the paired runs also report each pair).
@@ -226,7 +227,7 @@ def verdicts(stdout: str) -> dict:
             "findings": data["findings"], "notes": data["notes"]}
 
 
-def resnet(tmp: str, repeat: int, whole: bool, rss: bool, with_phases: bool) -> dict:
+def resnet(tmp: str, repeat: int, whole: bool, rss: bool, with_phases: bool, in_process: bool = False) -> dict:
     model = os.path.join(tmp, "resnet50")
     print("exporting ResNet50 ...", file=sys.stderr)
     timed(EXPORT, model)
@@ -240,7 +241,8 @@ def resnet(tmp: str, repeat: int, whole: bool, rss: bool, with_phases: bool) -> 
         return {"numeric_s": seconds}
 
     if whole:  # floor, run_numeric, the default command line, `repeat` times; then the phases
-        audit = measure_model(model, "ResNet50", repeat, rss, between=run_numeric_once, with_phases=with_phases)
+        audit = measure_model(model, "ResNet50", repeat, rss, between=run_numeric_once, with_phases=with_phases,
+                              in_process=in_process)
         floor = [p["floor"]["seconds"] for p in audit["pairs"]]
     else:
         audit, floor = None, []
@@ -255,7 +257,8 @@ def resnet(tmp: str, repeat: int, whole: bool, rss: bool, with_phases: bool) -> 
     return report
 
 
-def language_model(tmp: str, size: str, repeat: int, rss: bool, tied: bool, with_phases: bool) -> dict:
+def language_model(tmp: str, size: str, repeat: int, rss: bool, tied: bool, with_phases: bool,
+                   in_process: bool = False) -> dict:
     """The GPT-style LM of bench/lm.py at `size`, exported, then its floor against the default audit."""
     path = os.path.join(tmp, f"lm_{size}")
     print(f"exporting the {size} LM ...", file=sys.stderr)
@@ -264,7 +267,7 @@ def language_model(tmp: str, size: str, repeat: int, rss: bool, tied: bool, with
     info = json.loads(out) | {"export_s": seconds}
     print(f"{size} LM: {info['parameters']:,} parameters, signature {info['signature']}", file=sys.stderr)
     return {"model": info, **measure_model(path, f"LM {size}", repeat, rss, vocab=info["vocab"],
-                                           with_phases=with_phases)}
+                                           with_phases=with_phases, in_process=in_process)}
 
 
 def small(tmp: str) -> dict:
@@ -311,6 +314,8 @@ def main() -> None:
     parser.add_argument("--mlp", action="store_true", help="sample_models/mlp: floor against the default audit")
     parser.add_argument("--rss", action="store_true",
                         help="poll every paired run's process tree for its peak RSS (summed) and PSS")
+    parser.add_argument("--in-process", action="store_true",
+                        help="paired runs: also `gradaudit MODEL --format json --timeout 0` (no child) after each pair")
     parser.add_argument("--skip-phases", action="store_true",
                         help="no in-process audit for the phase table (it runs unconfined: no memory limit)")
     args = parser.parse_args()
@@ -325,11 +330,12 @@ def main() -> None:
             report["precision"] = precision_cost(tmp)
         if args.mlp:
             report["mlp"] = measure_model(str(ROOT / "sample_models" / "mlp"), "sample_models/mlp", args.repeat,
-                                          args.rss, with_phases=phases)
+                                          args.rss, with_phases=phases, in_process=args.in_process)
         for size in args.lm:
-            report[f"lm_{size}"] = language_model(tmp, size, args.repeat, args.rss, not args.untied, phases)
+            report[f"lm_{size}"] = language_model(tmp, size, args.repeat, args.rss, not args.untied, phases,
+                                                  args.in_process)
         if not args.skip_resnet:
-            report["resnet50"] = resnet(tmp, args.repeat, args.whole_audit, args.rss, phases)
+            report["resnet50"] = resnet(tmp, args.repeat, args.whole_audit, args.rss, phases, args.in_process)
     report["load_end"] = load_average()
     print(f"load average at the start {report['load_start']}, at the end {report['load_end']} "
           f"({report['cpus']} cores); commit {report['commit']}")

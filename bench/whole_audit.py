@@ -6,11 +6,13 @@
 - The audit: `python -m gradaudit MODEL --format json` as a subprocess with default options (the parent
   runs the static pass, a confined child the model).
 - Paired: floor then audit, `pairs` times, in this one invocation; the ratio is audit / floor of each pair,
-  and of the fastest of each side. With `rss` every run is polled (proctree.py) for the peak RSS summed over
-  its whole process tree, and the peak PSS.
+  and of the fastest of each side. Optionally a third arm, the same command with `--timeout 0` (the model in
+  gradaudit's own process, no child): what the child costs. With `rss` every run is polled (proctree.py) for
+  the peak RSS summed over its whole process tree, and the peak PSS.
 - Phases (PHASES): one in-process audit (`audit_saved_model(path, AuditOptions())`, timeout None: no child)
   in a fresh process, each stage timed from its announcement (`progress.say`) to the next; reconcile and the
-  model loads (`numeric.runner.load`, inside the stages) are timed by wrapping those functions here.
+  model loads (`numeric.runner.load`, inside the stages) are timed by wrapping those functions here, and each
+  `Runner.gradient` and `Runner.evaluate` call is logged with its time and the process's RSS after it.
 - Evaluations per precision: the sum of `evaluations` by `dtype` over the report's numeric results, split into
   the model's own point (`scale` null) and the probe points (`scale` set), for the CLI's report and the
   in-process one.
@@ -106,11 +108,27 @@ try:
     runner.load = load
 except (ImportError, AttributeError):
     pass
+calls = []  # each model evaluation of the numeric checks and probes: what, when, how long, RSS after
+def logged(name, method):
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            calls.append({"call": name, "at_s": start - t0, "seconds": time.perf_counter() - start,
+                          "rss_after": rss(), "during": mark["step"]})
+    return wrapper
+try:
+    from gradaudit.numeric.runner import Runner
+    Runner.gradient = logged("gradient", Runner.gradient)
+    Runner.evaluate = logged("evaluate", Runner.evaluate)
+except (ImportError, AttributeError):
+    pass
 with observed(sink):
     r = audit_saved_model(sys.argv[1], AuditOptions())
 sink("done")
 done.set()
-print(json.dumps({"stages": stages, "steps": steps, "peak_rss": peaks, "loads": loads,
+print(json.dumps({"stages": stages, "steps": steps, "peak_rss": peaks, "loads": loads, "calls": calls,
                   "total_s": time.perf_counter() - t0,
                   "verdict": r.verdict(), "numeric": [n.to_dict() for n in r.numeric]}))
 """
@@ -176,8 +194,10 @@ def _audit_summary(m: proctree.Measured) -> dict:
     return out
 
 
-def pairs(model: str, label: str, count: int, rss: bool, vocab: int | None = None, between=None) -> dict:
-    """`count` pairs of floor then default CLI audit (and `between()`, if given, between the two)."""
+def pairs(model: str, label: str, count: int, rss: bool, vocab: int | None = None, between=None,
+          in_process: bool = False) -> dict:
+    """`count` pairs of floor then default CLI audit (`between()`, if given, between the two; with `in_process`
+    the CLI with --timeout 0 after them, in gradaudit's own process: what the confined child costs)."""
     rows = []
     for i in range(count):
         print(f"{label} pair {i + 1}/{count}: floor ... (load {load_average()})", file=sys.stderr)
@@ -191,6 +211,11 @@ def pairs(model: str, label: str, count: int, rss: bool, vocab: int | None = Non
               file=sys.stderr)
         row["audit"] = _audit_summary(run(cli_command(model), rss))
         row["ratio"] = row["audit"]["seconds"] / row["floor"]["seconds"]
+        if in_process:
+            print(f"{label} pair {i + 1}/{count}: gradaudit MODEL --format json --timeout 0 ... "
+                  f"(load {load_average()})", file=sys.stderr)
+            row["in_process"] = _audit_summary(run([*cli_command(model), "--timeout", "0"], rss))
+            row["in_process_ratio"] = row["in_process"]["seconds"] / row["floor"]["seconds"]
         if rss and row["floor"]["peak_rss_bytes"]:
             row["rss_ratio"] = row["audit"]["peak_rss_bytes"] / row["floor"]["peak_rss_bytes"]
         rows.append(row)
@@ -219,8 +244,8 @@ def phases(model: str, label: str) -> dict:
 
 
 def measure_model(model: str, label: str, count: int, rss: bool, vocab: int | None = None, between=None,
-                  with_phases: bool = True) -> dict:
-    out = pairs(model, label, count, rss, vocab, between)
+                  with_phases: bool = True, in_process: bool = False) -> dict:
+    out = pairs(model, label, count, rss, vocab, between, in_process)
     if with_phases:
         out["phases"] = phases(model, label)
     return out
@@ -248,6 +273,11 @@ def print_summary(label: str, r: dict) -> None:
                if "rss_ratio" in p else "")
         print(f"  pair {i}: floor {f['seconds']:.1f} s (load {f['load']}), audit {a['seconds']:.1f} s "
               f"(load {a['load']}), {p['ratio']:.2f}x{mem}; verdict {a['verdict']} (exit {a['returncode']})")
+        if "in_process" in p:
+            ip = p["in_process"]
+            mem = f", peak tree RSS {_gib(ip['peak_rss_bytes'])}" if ip["peak_rss_bytes"] else ""
+            print(f"    --timeout 0 (no child): {ip['seconds']:.1f} s (load {ip['load']}), {p['in_process_ratio']:.2f}x"
+                  f"{mem}; verdict {ip['verdict']}")
         if "import_s" in f:
             print(f"    floor: import TensorFlow {f['import_s']:.1f} s, load {f['load_s']:.1f} s, forward and "
                   f"backward {f['forward_backward_s']:.1f} s, {f['sources']} sources, {f['source_elements']:,} "
@@ -280,4 +310,10 @@ def print_summary(label: str, r: dict) -> None:
             print(f"      {step.split(':', 1)[1].strip()[:62]:64s} {s:7.2f} s  {_gib(peaks.get(step))}")
     for item in ph["loads"]:
         print(f"    (load of the {item['load']}: {item['seconds']:.2f} s, during {item['during']!r})")
+    for step in dict.fromkeys(c["during"] for c in ph.get("calls", [])):
+        mine = [c for c in ph["calls"] if c["during"] == step]
+        text = ", ".join(f"{c['call'][0]} {c['seconds']:.2f} s -> {c['rss_after'] / (1 << 30):.2f}" for c in mine[:12])
+        more = f", ... ({len(mine)} in all)" if len(mine) > 12 else ""
+        print(f"    calls during {step!r} (g: Runner.gradient, e: Runner.evaluate; seconds -> RSS GiB after): "
+              f"{text}{more}")
     print(f"    evaluations (in-process report): {_evals(ph['evaluations'])}")
