@@ -48,11 +48,11 @@ keras.applications.ResNet50(weights=None).export(sys.argv[1], verbose=False)
 
 NUMERIC = """
 import json, sys
-from gradaudit.numeric import NumericOptions, run_numeric
+from gradaudit.numeric import NumericOptions, NumericTask, run_numeric
 from gradaudit.numeric.savedmodel import declared_sources
 path, options = sys.argv[1], json.loads(sys.argv[2])
 sources, outputs = declared_sources(path)
-outcome = run_numeric(path, (), "serving_default", sources, outputs, [], NumericOptions(**options))
+outcome = run_numeric(path, (), "serving_default", NumericTask(sources, outputs, [], NumericOptions(**options)))
 print(json.dumps({"results": [r.to_dict() for r in outcome.results],
                   "findings": [f.to_dict()["rule"] for f in outcome.findings],
                   "notes": outcome.notes}))
