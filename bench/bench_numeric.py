@@ -16,11 +16,17 @@
    pass) and the stages timed. Sample models, and a
    Keras MobileNetV2 (weights=None, 96x96, 3.5M parameters) exported with model.export.
 
+5. The whole default audit against its floor (--whole-audit for ResNet50, --mlp for sample_models/mlp,
+   --lm 110m|350m for the GPT-style Keras LM of bench/lm.py; whole_audit.py): paired runs of the floor and of
+   `python -m gradaudit MODEL --format json`, wall time and with --rss the peak RSS of each run's whole process
+   tree (proctree.py), then one in-process audit's phases; evaluations per precision from both reports.
+
     python bench/bench_numeric.py [--repeat N] [--json FILE] [--whole-audit] [--skip-resnet] [--seeds N]
-                                  [--precision]
+                                  [--precision] [--mlp] [--lm 110m] [--untied] [--rss] [--in-process]
+                                  [--skip-phases]
 
 Each process is timed from the parent, so interpreter start-up counts on both sides; with --repeat N the
-fastest of N runs is kept on each side.
+fastest of N runs is kept on each side (the paired runs also report each pair).
 """
 
 from __future__ import annotations
@@ -34,37 +40,20 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-           PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests" / "numeric"),
-                                       os.environ.get("PYTHONPATH", "")]))
+from whole_audit import ENV, FLOOR, ROOT, load_average, measure_model, print_summary
 
 EXPORT = """
 import sys, keras
 keras.applications.ResNet50(weights=None).export(sys.argv[1], verbose=False)
 """
 
-FLOOR = """
-import sys, numpy as np, tensorflow as tf
-fn = (m := tf.saved_model.load(sys.argv[1])).signatures["serving_default"]
-rng = np.random.default_rng(0)
-spec = {k: s for k, s in fn.structured_input_signature[1].items()}
-x = {k: tf.constant(rng.standard_normal([2] + s.shape.as_list()[1:]), s.dtype) for k, s in spec.items()}
-with tf.GradientTape() as tape:
-    tape.watch(list(x.values()))
-    out = fn(**x)
-    y = tf.add_n([tf.reduce_sum(v * tf.constant(rng.standard_normal(v.shape), v.dtype)) for v in out.values()])
-grads = tape.gradient(y, list(x.values()) + list(fn.trainable_variables))
-print(sum(float(tf.reduce_sum(g)) for g in grads if g is not None) != 0.0)
-"""
-
 NUMERIC = """
 import json, sys
-from gradaudit.numeric import NumericOptions, run_numeric
+from gradaudit.numeric import NumericOptions, NumericTask, run_numeric
 from gradaudit.numeric.savedmodel import declared_sources
 path, options = sys.argv[1], json.loads(sys.argv[2])
 sources, outputs = declared_sources(path)
-outcome = run_numeric(path, (), "serving_default", sources, outputs, [], NumericOptions(**options))
+outcome = run_numeric(path, (), "serving_default", NumericTask(sources, outputs, [], NumericOptions(**options)))
 print(json.dumps({"results": [r.to_dict() for r in outcome.results],
                   "findings": [f.to_dict()["rule"] for f in outcome.findings],
                   "notes": outcome.notes}))
@@ -147,29 +136,6 @@ def seeded(tmp: str, seeds: int) -> dict:
     for row in rows.values():
         row["statuses"] = sorted(row["statuses"])
     return rows
-
-
-# One whole default audit in a fresh process, its phases timed as the stages announce them (progress.say).
-PHASES = """
-import json, sys, time
-t0 = time.perf_counter()
-from gradaudit.batch import import_tensorflow_quietly
-import_tensorflow_quietly()
-from gradaudit.api import AuditOptions, audit_saved_model
-from gradaudit.progress import observed
-phases = {"import TensorFlow": time.perf_counter() - t0}
-mark = [time.perf_counter(), "read saved_model.pb"]
-def sink(message):
-    phase = message.split(":")[0]
-    if phase != mark[1]:
-        now = time.perf_counter()
-        phases[mark[1]] = phases.get(mark[1], 0.0) + now - mark[0]
-        mark[:] = [now, phase]
-with observed(sink):
-    audit_saved_model(sys.argv[1], AuditOptions())
-phases[mark[1]] = phases.get(mark[1], 0.0) + time.perf_counter() - mark[0]
-print(json.dumps(phases))
-"""
 
 
 # Both audits in one process: the counts do not depend on what is warm, the times of the second do (its
@@ -276,7 +242,10 @@ def precision_cost(tmp: str) -> dict:
 
 
 def timed(script: str, *args: str, module: bool = False, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
-    command = [sys.executable, "-m" if module else "-c", script, *args]
+    return timed_command([sys.executable, "-m" if module else "-c", script, *args], ok)
+
+
+def timed_command(command: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
     start = time.perf_counter()
     done = subprocess.run(command, env=ENV, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -293,29 +262,47 @@ def verdicts(stdout: str) -> dict:
             "findings": data["findings"], "notes": data["notes"]}
 
 
-def resnet(tmp: str, repeat: int, whole_audit: bool) -> dict:
+def resnet(tmp: str, repeat: int, whole: bool, rss: bool, with_phases: bool, in_process: bool = False) -> dict:
     model = os.path.join(tmp, "resnet50")
     print("exporting ResNet50 ...", file=sys.stderr)
     timed(EXPORT, model)
-    floor, numeric, whole, last = [], [], [], ""
-    for i in range(repeat):
-        print(f"ResNet50 run {i + 1}/{repeat}: floor ...", file=sys.stderr)
-        floor.append(timed(FLOOR, model)[0])
-        print(f"ResNet50 run {i + 1}/{repeat}: run_numeric ...", file=sys.stderr)
-        seconds, last = timed(NUMERIC, model, "{}")
+    numeric: list[float] = []
+    last = [""]
+
+    def run_numeric_once() -> dict:
+        print("ResNet50: run_numeric ...", file=sys.stderr)
+        seconds, last[0] = timed(NUMERIC, model, "{}")
         numeric.append(seconds)
-        if whole_audit:
-            print(f"ResNet50 run {i + 1}/{repeat}: gradaudit audit (every default pass) ...", file=sys.stderr)
-            whole.append(timed("gradaudit", "audit", model, "--format", "json", module=True, ok=(0, 1))[0])
+        return {"numeric_s": seconds}
+
+    if whole:  # floor, run_numeric, the default command line, `repeat` times; then the phases
+        audit = measure_model(model, "ResNet50", repeat, rss, between=run_numeric_once, with_phases=with_phases,
+                              in_process=in_process)
+        floor = [p["floor"]["seconds"] for p in audit["pairs"]]
+    else:
+        audit, floor = None, []
+        for i in range(repeat):
+            print(f"ResNet50 run {i + 1}/{repeat}: floor ...", file=sys.stderr)
+            floor.append(timed(FLOOR, model)[0])
+            run_numeric_once()
     report = {"floor_s": min(floor), "numeric_s": min(numeric), "ratio": min(numeric) / min(floor),
-              "all_floor_s": floor, "all_numeric_s": numeric, **verdicts(last)}
-    if whole:
-        # wall time only: the children that run the model fork from a server gradaudit does not wait for,
-        # so the CPU time of the process tree cannot be read from here
-        report |= {"whole_audit_s": min(whole), "whole_ratio": min(whole) / min(floor)}
-        print("ResNet50: one whole audit, phase by phase ...", file=sys.stderr)
-        report["phases_s"] = json.loads(timed(PHASES, model)[1].strip().splitlines()[-1])
+              "all_floor_s": floor, "all_numeric_s": numeric, **verdicts(last[0])}
+    if audit is not None:
+        report |= {"whole_audit_s": audit["audit_s"], "whole_ratio": audit["ratio"], "whole": audit}
     return report
+
+
+def language_model(tmp: str, size: str, repeat: int, rss: bool, tied: bool, with_phases: bool,
+                   in_process: bool = False) -> dict:
+    """The GPT-style LM of bench/lm.py at `size`, exported, then its floor against the default audit."""
+    path = os.path.join(tmp, f"lm_{size}")
+    print(f"exporting the {size} LM ...", file=sys.stderr)
+    command = [sys.executable, str(ROOT / "bench" / "lm.py"), path, "--lm-size", size, *([] if tied else ["--untied"])]
+    seconds, out = timed_command(command)
+    info = json.loads(out) | {"export_s": seconds}
+    print(f"{size} LM: {info['parameters']:,} parameters, signature {info['signature']}", file=sys.stderr)
+    return {"model": info, **measure_model(path, f"LM {size}", repeat, rss, vocab=info["vocab"],
+                                           with_phases=with_phases, in_process=in_process)}
 
 
 def small(tmp: str) -> dict:
@@ -337,6 +324,11 @@ def small(tmp: str) -> dict:
     return rows
 
 
+def _commit() -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or "?"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=1)
@@ -348,25 +340,55 @@ def main() -> None:
     parser.add_argument("--precision", action="store_true",
                         help="also count and time what --precision float16 adds to a default audit")
     parser.add_argument("--whole-audit", action="store_true",
-                        help="also time `gradaudit audit` with every default pass (static, numeric, stability)")
+                        help="ResNet50: also the default `gradaudit MODEL --format json` against the floor, paired, "
+                             "and the phases of one in-process audit")
+    parser.add_argument("--lm", action="append", default=[], choices=["tiny", "110m", "350m"],
+                        help="the GPT-style LM of bench/lm.py at this size (repeatable): floor against the default "
+                             "audit, paired, and the phases")
+    parser.add_argument("--untied", action="store_true", help="--lm: a separate LM head, not the tied embedding")
+    parser.add_argument("--mlp", action="store_true", help="sample_models/mlp: floor against the default audit")
+    parser.add_argument("--rss", action="store_true",
+                        help="poll every paired run's process tree for its peak RSS (summed) and PSS")
+    parser.add_argument("--in-process", action="store_true",
+                        help="paired runs: also `gradaudit MODEL --format json --timeout 0` (no child) after each pair")
+    parser.add_argument("--skip-phases", action="store_true",
+                        help="no in-process audit for the phase table (it runs unconfined: no memory limit)")
     args = parser.parse_args()
+    report: dict = {"argv": sys.argv, "commit": _commit(), "cpus": os.cpu_count(), "load_start": load_average(),
+                    "started": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+    phases = not args.skip_phases
     with tempfile.TemporaryDirectory(prefix="gradaudit-bench-") as tmp:
-        report: dict = {"small": {} if args.skip_small else small(tmp)}
+        report["small"] = {} if args.skip_small else small(tmp)
         if args.seeds:
             report["seeds"] = seeded(tmp, args.seeds)
         if args.precision:
             report["precision"] = precision_cost(tmp)
+        if args.mlp:
+            report["mlp"] = measure_model(str(ROOT / "sample_models" / "mlp"), "sample_models/mlp", args.repeat,
+                                          args.rss, with_phases=phases, in_process=args.in_process)
+        for size in args.lm:
+            report[f"lm_{size}"] = language_model(tmp, size, args.repeat, args.rss, not args.untied, phases,
+                                                  args.in_process)
         if not args.skip_resnet:
-            report["resnet50"] = resnet(tmp, args.repeat, args.whole_audit)
+            report["resnet50"] = resnet(tmp, args.repeat, args.whole_audit, args.rss, phases, args.in_process)
+    report["load_end"] = load_average()
+    print(f"load average at the start {report['load_start']}, at the end {report['load_end']} "
+          f"({report['cpus']} cores); commit {report['commit']}")
+    if "mlp" in report:
+        print_summary("sample_models/mlp", report["mlp"])
+    for size in args.lm:
+        info = report[f"lm_{size}"]["model"]
+        print_summary(f"LM {size} ({info['parameters']:,} parameters, {'tied' if info['tied'] else 'untied'} head, "
+                      f"d_model {info['d_model']}, {info['layers']} layers, vocab {info['vocab']}, seq {info['seq']})",
+                      report[f"lm_{size}"])
     if "resnet50" in report:
         r = report["resnet50"]
         print(f"ResNet50: floor {r['floor_s']:.1f} s, run_numeric {r['numeric_s']:.1f} s, "
               f"ratio {r['ratio']:.2f} (target <= 2)")
-        if "whole_audit_s" in r:
-            print(f"  whole default `gradaudit audit`: {r['whole_audit_s']:.1f} s, ratio {r['whole_ratio']:.2f}")
-            print("  phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in r.get("phases_s", {}).items()))
         for check, (status, rel, dtype, evals) in r["checks"].items():
             print(f"  {check}: {status} rel_error={rel} dtype={dtype} evaluations={evals}")
+        if "whole" in r:
+            print_summary("ResNet50, the default command line", r["whole"])
     for case, row in report["small"].items():
         print(case)
         for label, data in row.items():
