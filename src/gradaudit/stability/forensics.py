@@ -66,18 +66,45 @@ def _is_float(t) -> bool:
     return t.dtype.is_floating
 
 
-def _frozen_graph_def(fn) -> tuple[Any, list[str], list[str]]:
+def _frozen_graph_def(fn) -> tuple[Any, list[str], list[str], dict[str, np.ndarray]]:
     """The signature function with calls inlined and variables as constants, as a GraphDef with the names of its
-    input and output tensors: TensorFlow's convert_variables_to_constants_v2 without the ConcreteFunction it
-    builds from the result (a second import of the whole graph, half the cost of freezing a ResNet50)."""
+    input and output tensors, and the values of the large variables (LIFT_BYTES or more), which are placeholders
+    of the same name there, fed at every run: TensorFlow's convert_variables_to_constants_v2 without the
+    ConcreteFunction it builds from the result (a second import of the whole graph), and without writing the large
+    variables into the GraphDef (a session materialises every constant of its graph on its first run: 8 s for
+    the 440 MB of a 110M-parameter language model)."""
     from tensorflow.python.framework import convert_to_constants as c
     from tensorflow.python.util import object_identity
 
     data = c._FunctionConverterDataInEager(func=fn, lower_control_flow=False, aggressive_inlining=False)  # noqa: SLF001
+    tensors = data.tensor_data
+    large = {name: t for name, t in tensors.items() if getattr(t.numpy, "nbytes", 0) >= LIFT_BYTES}
+    for name, t in large.items():  # written as a scalar, then made a placeholder of its shape below
+        tensors[name] = t._replace(numpy=np.zeros((), dtype=t.numpy.dtype))
     graph_def, converted = c._replace_variables_by_constants(converter_data=data)  # noqa: SLF001
+    lifted = {}
+    for node in graph_def.node:
+        if node.op == "Const" and node.name in large:
+            value = large[node.name].numpy
+            dtype = node.attr["dtype"].type
+            node.op = "Placeholder"
+            node.attr.clear()
+            node.attr["dtype"].type = dtype
+            node.attr["shape"].shape.CopyFrom(_shape_proto(value.shape))
+            lifted[f"{node.name}:0"] = value
     captures = fn.graph.internal_captures
     frozen = object_identity.ObjectIdentitySet([captures[i] for i in converted])
-    return graph_def, [t.name for t in fn.inputs if t not in frozen], [t.name for t in fn.outputs]
+    return graph_def, [t.name for t in fn.inputs if t not in frozen], [t.name for t in fn.outputs], lifted
+
+
+# A frozen variable of this size (bytes) or more is fed as a placeholder instead of a constant (_frozen_graph_def).
+LIFT_BYTES = 1 << 20
+
+
+def _shape_proto(shape: tuple[int, ...]):
+    from tensorflow.core.framework import tensor_shape_pb2
+
+    return tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=int(d)) for d in shape])
 
 
 class Forensics:
@@ -95,6 +122,7 @@ class Forensics:
             if node.custom_gradient:
                 self._custom_fn[node.ref] = gradient_functions.get(node.custom_gradient, node.custom_gradient)
         self._graph: Any = None  # the model's graph, built on first use
+        self._lifted: dict[str, np.ndarray] = {}  # tensor name -> value of a large constant fed as a placeholder
         self._session: Any = None  # a session on it, made again after the graph changed (`_stale`)
         self._by_output: dict[str, tuple] = {}
         self._custom_calls: dict[str, tuple[Any, list]] = {}  # op name -> (gradient function, its inputs)
@@ -104,7 +132,7 @@ class Forensics:
     def _build(self) -> None:
         import tensorflow as tf
 
-        graph_def, inputs, outputs = _frozen_graph_def(self.fn)
+        graph_def, inputs, outputs, self._lifted = _frozen_graph_def(self.fn)
         graph = tf.Graph()
         with graph.as_default():
             tf.graph_util.import_graph_def(graph_def, name="")
@@ -222,7 +250,12 @@ class Forensics:
             config.graph_options.rewrite_options.disable_meta_optimizer = True
             self._session = tf.compat.v1.Session(graph=self._graph, config=config)
         feed_dict = {self._inputs[k]: v for k, v in feed.items() if self._inputs.get(k) is not None}
-        return self._session.run(fetches, feed_dict={**feed_dict, **(extra or {})})
+        lifted = {self._graph.get_tensor_by_name(name): value for name, value in self._lifted.items()}
+        return self._session.run(fetches, feed_dict={**lifted, **feed_dict, **(extra or {})})
+
+    def lifted(self, name: str) -> np.ndarray | None:
+        """The value of a frozen variable fed as a placeholder (`_lift_constants`), by tensor name."""
+        return self._lifted.get(name)
 
     def _float_tensors(self):
         return [t for op in self._ops for t in op.outputs if _is_float(t)]

@@ -262,9 +262,10 @@ class LocalChecker:
 
     def _record(self, ops: list[Any], feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         tensors = {t.name: t for op in ops for t in op.inputs if t.dtype.name not in ("resource", "variant")}
-        names = sorted(tensors)
+        kept = {n: v for n in tensors if (v := self.forensics.lifted(n)) is not None}  # a weight: already at hand
+        names = sorted(set(tensors) - set(kept))
         got = self.forensics._run([tensors[n] for n in names], feed)  # noqa: SLF001
-        return {n: np.asarray(v) for n, v in zip(names, got)}
+        return {**kept, **{n: np.asarray(v) for n, v in zip(names, got)}}
 
     def _chunks(self, ops: list[Any], values: dict[str, np.ndarray]) -> list[list[Any]]:
         chunks: list[list[Any]] = [[]]
