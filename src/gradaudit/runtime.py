@@ -158,6 +158,7 @@ def _local_checks(static: StaticResult, options: AuditOptions, loads):
     """(the local checks' outcome at the numeric checks' point, the verdict they give the model or None), or None
     when there is no point to check (the numeric checks say why)."""
     from .numeric.inputs import InputError
+    from .numeric.session import random_ops
     from .stability import local, probe_start
 
     try:
@@ -168,6 +169,8 @@ def _local_checks(static: StaticResult, options: AuditOptions, loads):
         return None
     say("local checks")
     outcome = local.run_local(loads, static.analysis, point, options.seed, say)
+    if random_ops(loads.info.op_types):  # two runs of the model differ: the whole-model checks see it (GA202)
+        return outcome, None
     return outcome, local.verdict(outcome)
 
 

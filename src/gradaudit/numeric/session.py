@@ -36,7 +36,7 @@ def floor_for(dtype: str) -> float:
     return max(FLOOR_ULPS * EPS[dtype], AGREEMENT.get(dtype, 0.0))
 
 
-def _random_ops(op_types: frozenset[str]) -> list[str]:
+def random_ops(op_types: frozenset[str]) -> list[str]:
     from tensorflow.python.framework import op_def_registry
 
     found = []
@@ -350,7 +350,7 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
                         if loads is not None and plan.stopped else None)
     checker = Checker(runner, settings, np.random.default_rng([options.seed, 1]), session.progress)
     try:
-        checker.run(groups, _random_ops(model.op_types))
+        checker.run(groups, random_ops(model.op_types))
     except ModelError as exc:
         if use64:
             raise _Float64Failed(f"the float64 copy does not run: {exc}", str(exc)) from exc

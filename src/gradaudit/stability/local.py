@@ -201,24 +201,26 @@ class LocalChecker:
             if kind == "custom":
                 custom.append(op)
             elif kind == "call":
-                outcome.unchecked.append((f._ref(op), f"{op.type} holds ops of its own that are not checked one by "  # noqa: SLF001
-                                          "one here"))
+                why = (f"{op.type} holds ops of its own that are not checked one by one here" if op.type in _CALLS
+                       else "it reads a resource (a variable or table the frozen graph keeps)")
+                outcome.unchecked.append((f._ref(op), why))  # noqa: SLF001
             elif kind == "plain" and not self._shared_with(op, seen):
                 plain.append(op)
         return plain, custom
 
     def _kind(self, op) -> str:
         """"custom" (a gradient somebody wrote: always checked, the static masks of a custom gradient's IdentityN
-        need not reach an output by value), "call" (ops of its own inside), "plain", or "" (nothing to check)."""
+        need not reach an output by value), "call" (ops of its own inside, or a resource read: not checkable here),
+        "plain", or "" (nothing to check)."""
         if not any(_is_float(t) for t in op.inputs) or not any(_is_float(t) for t in op.outputs) or op.type in _NOTHING:
             return ""
         if _custom(op):
             return "custom"
         if not self._on_path(op) or (_value_free(op) and not self.value_free):
             return ""
-        if op.type in _CALLS:
+        if op.type in _CALLS or any(t.dtype.name == "resource" for t in op.inputs):
             return "call"
-        return "plain" if _has_gradient(op) and not any(t.dtype.name == "resource" for t in op.inputs) else ""
+        return "plain" if _has_gradient(op) else ""
 
     def _shared_with(self, op, seen: dict[tuple, str]) -> bool:
         """A value-free op of the type, attributes and input shapes of one already taken: counted on that one."""
@@ -307,24 +309,8 @@ class LocalChecker:
         import tensorflow as tf
 
         graph = tf.Graph()
-        items: list[_Item] = []
         with graph.as_default():
-            feeds, phis = [], []
-            for k, op in enumerate(ops):
-                exact = _value_free(op)
-                dtype = "float64" if not exact and self._upcast(op) else op.outputs[0].dtype.name
-                moved = [i for i, t in enumerate(op.inputs) if _is_float(t)]
-                item = self._item(op, values, "op", dtype, moved, exact)
-                if item is None or not item.outputs:
-                    continue
-                built = _copy_op(op, k, values, item, dtype)
-                if built is None:
-                    outcome.unchecked.append((self.forensics._ref(op), "it cannot be copied on its own"))  # noqa: SLF001
-                    continue
-                placeholders, phi = built
-                items.append(item)
-                feeds.append(placeholders)
-                phis.append(phi)
+            items, feeds, phis = self._copies(ops, values, outcome)
             if not items:
                 return
             grads = _gradients(items, feeds, phis)
@@ -361,6 +347,30 @@ class LocalChecker:
                 start(kinked)
                 self._sweep(items, kinked, run)
         outcome.checks.extend(self._judged(it) for it in items)
+
+    def _copies(self, ops: list[Any], values: dict[str, np.ndarray], outcome: LocalOutcome):
+        """(items, their placeholders, their phi) of the ops copied alone into the default graph; those that cannot
+        be go to `outcome.unchecked`."""
+        items: list[_Item] = []
+        feeds, phis = [], []
+        for k, op in enumerate(ops):
+            exact = _value_free(op)
+            dtype = "float64" if not exact and self._upcast(op) else op.outputs[0].dtype.name
+            moved = [i for i, t in enumerate(op.inputs) if _is_float(t)]
+            item = self._item(op, values, "op", dtype, moved, exact)
+            if item is None:
+                outcome.unchecked.append((self.forensics._ref(op), "its inputs are not finite at the recorded values"))  # noqa: SLF001
+                continue
+            if not item.outputs:
+                continue
+            built = _copy_op(op, k, values, item, dtype)
+            if built is None:
+                outcome.unchecked.append((self.forensics._ref(op), "it cannot be copied on its own"))  # noqa: SLF001
+                continue
+            items.append(item)
+            feeds.append(built[0])
+            phis.append(built[1])
+        return items, feeds, phis
 
     def _upcast(self, op) -> bool:
         key = _shape_key(op)[:2]
