@@ -190,3 +190,29 @@ def test_a_kink_at_the_recorded_values_is_checked_at_a_nearby_point_and_says_so(
 def test_never_runs_no_local_check(samples):
     report = audit_saved_model(os.path.join(samples, "mlp"), AuditOptions(local_checks="never"))
     assert report.local == [] and report.verdict("error") == "pass"
+
+
+@pytest.mark.slow
+def test_a_resnet_sized_model_with_one_wrong_custom_activation_fails_naming_it(tmp_path):
+    """bench/resnet_custom.py: ResNet50's stages and widths (25.6M parameters) with one block's activation a custom
+    gradient, wrong by 1% or exact. The default audit decides it by local checks: the wrong one fails with the
+    custom gradient named, its exact twin passes."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "resnet_custom", Path(__file__).resolve().parents[2] / "bench" / "resnet_custom.py")
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    verdicts = {}
+    for wrong in (0.01, 0.0):
+        path = str(tmp_path / f"rn{wrong}")
+        builder.build(wrong).export(path, verbose=False)
+        report = audit_saved_model(path, AuditOptions())
+        verdicts[wrong] = report.verdict("error")
+        named = {f.op.op_type for f in report.findings if f.code == "GA201" and f.op is not None}
+        assert named == ({"IdentityN"} if wrong else set())
+        assert all("decided by local checks" in (n.evidence or "") or n.status == "fail"
+                   for n in report.numeric if n.scale is None)
+    assert verdicts == {0.01: "fail", 0.0: "pass"}
