@@ -65,18 +65,29 @@ def _full_tracebacks() -> None:
 
 def _stages(steps: list[tuple[str, str, Callable[[], Any]]]) -> RuntimeResult:
     """Run (part name, stage, run) in order into one RuntimeResult; the first failure of gradaudit's own stops
-    them (StageFailed); a failure of the model's (GradauditError) is raised as it is."""
+    them (StageFailed); a failure of the model's (GradauditError) is raised as it is; running out of memory stops
+    them too, as the audit's `stopped` reason (incomplete), never as gradaudit's bug."""
     parts: dict[str, Any] = {}
     for name, stage, run in steps:
         try:
             parts[name] = run()
         except GradauditError:
             raise
+        except MemoryError as exc:  # the model's checks need more memory than the process may have: not a bug
+            return RuntimeResult(**parts, stopped=_out_of_memory(stage, exc))
         except InternalError as exc:
             raise StageFailed(exc, RuntimeResult(**parts)) from exc
         except Exception as exc:
             raise StageFailed(InternalError(stage, exc), RuntimeResult(**parts)) from exc
     return RuntimeResult(**parts)
+
+
+def _out_of_memory(stage: str, exc: MemoryError) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    what = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return (f"{stage.replace('running ', '', 1)} ran out of memory ({what}):"
+            " the checks of this model need more memory than the process running it may use (--memory-limit; "
+            "the default is half of the physical memory); the stages after it did not run")
 
 
 def run_saved_model(static: StaticResult, path: str, options: AuditOptions) -> RuntimeResult:
