@@ -187,6 +187,8 @@ def _audit_summary(m: proctree.Measured) -> dict:
     out = {**m.summary(), "load": load_average(), "verdict": report.get("verdict"),
            "evaluations": evaluations(report.get("numeric", [])), "incomplete": report.get("incomplete", []),
            "notes": report.get("notes", []), "isolation": report.get("isolation"),
+           "summary": report.get("summary"),
+           "findings": [f"{f.get('code')} {f.get('rule')} {f.get('severity')}" for f in report.get("findings", [])],
            "numeric": [{k: r.get(k) for k in ("source", "output", "status", "dtype", "evaluations", "scale")}
                        for r in report.get("numeric", [])]}
     if m.returncode not in (0, 1) or not report:
@@ -282,6 +284,12 @@ def print_summary(label: str, r: dict) -> None:
             print(f"    floor: import TensorFlow {f['import_s']:.1f} s, load {f['load_s']:.1f} s, forward and "
                   f"backward {f['forward_backward_s']:.1f} s, {f['sources']} sources, {f['source_elements']:,} "
                   "elements")
+        big = max(a["processes"], key=lambda x: x["peak_rss"], default=None)
+        if big is not None:
+            print(f"    largest process of the audit: peak RSS {_gib(big['peak_rss'])}, peak data+stack address "
+                  f"space {_gib(big['peak_data'])} ({big['name'][:60]!r})")
+        if a.get("findings"):
+            print(f"    findings: {a['findings']}")
         if a.get("incomplete"):
             print(f"    incomplete: {a['incomplete']}")
         if a.get("stderr"):
