@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -223,7 +224,8 @@ def pairs(model: str, label: str, count: int, rss: bool, vocab: int | None = Non
         rows.append(row)
     floor_s = min(r["floor"]["seconds"] for r in rows)
     audit_s = min(r["audit"]["seconds"] for r in rows)
-    out = {"pairs": rows, "floor_s": floor_s, "audit_s": audit_s, "ratio": audit_s / floor_s}
+    out = {"pairs": rows, "floor_s": floor_s, "audit_s": audit_s, "ratio": audit_s / floor_s,
+           "median_pair_ratio": statistics.median(r["ratio"] for r in rows)}
     if rss:
         floor_rss = min(r["floor"]["peak_rss_bytes"] for r in rows)
         audit_rss = min(r["audit"]["peak_rss_bytes"] for r in rows)
@@ -295,7 +297,8 @@ def print_summary(label: str, r: dict) -> None:
         if a.get("stderr"):
             print(f"    stderr: {a['stderr'][-400:]}")
         print(f"    evaluations (CLI report): {_evals(a['evaluations'])}")
-    line = f"  fastest: floor {r['floor_s']:.1f} s, audit {r['audit_s']:.1f} s, ratio {r['ratio']:.2f}"
+    line = (f"  fastest: floor {r['floor_s']:.1f} s, audit {r['audit_s']:.1f} s, ratio {r['ratio']:.2f} (median of the "
+            f"pairs' ratios {r['median_pair_ratio']:.2f})")
     if "rss_ratio" in r:
         line += (f"; smallest peak tree RSS floor {_gib(r['floor_rss_bytes'])}, audit {_gib(r['audit_rss_bytes'])}, "
                  f"ratio {r['rss_ratio']:.2f}")
