@@ -62,12 +62,19 @@ def descendants(root: int) -> dict[int, int]:
     return found
 
 
-def rss(pid: int) -> int:
+def statm(pid: int) -> tuple[int, int]:
+    """(RSS, data) in bytes: resident memory, and the data and stack address space (what RLIMIT_DATA bounds,
+    resident or not)."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * PAGE
+            fields = f.read().split()
+        return int(fields[1]) * PAGE, int(fields[5]) * PAGE
     except (OSError, IndexError, ValueError):
-        return 0
+        return 0, 0
+
+
+def rss(pid: int) -> int:
+    return statm(pid)[0]
 
 
 def pss(pid: int) -> int:
@@ -101,7 +108,8 @@ class Measured:
     peak_rss: int = 0                 # bytes: the largest sum over the tree at one poll
     peak_pss: int = 0                 # bytes: the same for PSS, polled less often
     peak_processes: int = 0           # the most processes alive at once (zombies, whose RSS is 0, not counted)
-    per_process: dict[int, dict] = field(default_factory=dict)   # pid: {"ppid", "name", "peak_rss", "first_s", ...}
+    # pid: {"ppid", "name", "peak_rss", "peak_data" (statm's data + stack), "first_s", "last_s", "last_rss"}
+    per_process: dict[int, dict] = field(default_factory=dict)
     polls: int = 0
     cpu_s: float = 0.0                # user + system of the descendants this process and theirs waited for
     lingered_s: float = 0.0           # how long descendants outlived the command (at most `linger`)
@@ -130,13 +138,14 @@ def measure(command: list[str], env: dict[str, str] | None = None, interval: flo
             now = round(time.perf_counter() - start, 3)
             total = 0
             for pid, ppid in pids.items():
-                r = rss(pid)
+                r, data = statm(pid)
                 total += r
                 if pid not in state["per"]:
                     state["per"][pid] = {"pid": pid, "ppid": ppid, "name": _name(pid), "peak_rss": 0,
-                                         "first_s": now}
+                                         "peak_data": 0, "first_s": now}
                 entry = state["per"][pid]
                 entry["peak_rss"], entry["last_s"], entry["last_rss"] = max(entry["peak_rss"], r), now, r
+                entry["peak_data"] = max(entry["peak_data"], data)
             state["rss"] = max(state["rss"], total)
             if now >= state["next"]:  # a coarse timeline: (seconds, tree RSS) every `every` seconds
                 state["timeline"].append((now, total))

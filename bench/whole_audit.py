@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -187,6 +188,8 @@ def _audit_summary(m: proctree.Measured) -> dict:
     out = {**m.summary(), "load": load_average(), "verdict": report.get("verdict"),
            "evaluations": evaluations(report.get("numeric", [])), "incomplete": report.get("incomplete", []),
            "notes": report.get("notes", []), "isolation": report.get("isolation"),
+           "summary": report.get("summary"),
+           "findings": [f"{f.get('code')} {f.get('rule')} {f.get('severity')}" for f in report.get("findings", [])],
            "numeric": [{k: r.get(k) for k in ("source", "output", "status", "dtype", "evaluations", "scale")}
                        for r in report.get("numeric", [])]}
     if m.returncode not in (0, 1) or not report:
@@ -221,7 +224,8 @@ def pairs(model: str, label: str, count: int, rss: bool, vocab: int | None = Non
         rows.append(row)
     floor_s = min(r["floor"]["seconds"] for r in rows)
     audit_s = min(r["audit"]["seconds"] for r in rows)
-    out = {"pairs": rows, "floor_s": floor_s, "audit_s": audit_s, "ratio": audit_s / floor_s}
+    out = {"pairs": rows, "floor_s": floor_s, "audit_s": audit_s, "ratio": audit_s / floor_s,
+           "median_pair_ratio": statistics.median(r["ratio"] for r in rows)}
     if rss:
         floor_rss = min(r["floor"]["peak_rss_bytes"] for r in rows)
         audit_rss = min(r["audit"]["peak_rss_bytes"] for r in rows)
@@ -282,12 +286,19 @@ def print_summary(label: str, r: dict) -> None:
             print(f"    floor: import TensorFlow {f['import_s']:.1f} s, load {f['load_s']:.1f} s, forward and "
                   f"backward {f['forward_backward_s']:.1f} s, {f['sources']} sources, {f['source_elements']:,} "
                   "elements")
+        big = max(a["processes"], key=lambda x: x["peak_rss"], default=None)
+        if big is not None:
+            print(f"    largest process of the audit: peak RSS {_gib(big['peak_rss'])}, peak data+stack address "
+                  f"space {_gib(big['peak_data'])} ({big['name'][:60]!r})")
+        if a.get("findings"):
+            print(f"    findings: {a['findings']}")
         if a.get("incomplete"):
             print(f"    incomplete: {a['incomplete']}")
         if a.get("stderr"):
             print(f"    stderr: {a['stderr'][-400:]}")
         print(f"    evaluations (CLI report): {_evals(a['evaluations'])}")
-    line = f"  fastest: floor {r['floor_s']:.1f} s, audit {r['audit_s']:.1f} s, ratio {r['ratio']:.2f}"
+    line = (f"  fastest: floor {r['floor_s']:.1f} s, audit {r['audit_s']:.1f} s, ratio {r['ratio']:.2f} (median of the "
+            f"pairs' ratios {r['median_pair_ratio']:.2f})")
     if "rss_ratio" in r:
         line += (f"; smallest peak tree RSS floor {_gib(r['floor_rss_bytes'])}, audit {_gib(r['audit_rss_bytes'])}, "
                  f"ratio {r['rss_ratio']:.2f}")
