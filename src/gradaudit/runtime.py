@@ -182,6 +182,8 @@ def _local_checks(static: StaticResult, options: AuditOptions, loads):
     outcome = local.run_local(loads, static.analysis, point, options.seed, say)
     if random_ops(loads.info.op_types):  # two runs of the model differ: the whole-model checks see it (GA202)
         return outcome, None
+    if any(f.partial_by for f in static.flow):  # a stop_gradient or a surrogate on a connected pair: the model's
+        return outcome, None  # gradient is not its forward's derivative there by design; the whole-model checks say so
     return outcome, local.verdict(outcome)
 
 

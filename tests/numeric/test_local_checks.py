@@ -216,3 +216,105 @@ def test_a_resnet_sized_model_with_one_wrong_custom_activation_fails_naming_it(t
         assert all("decided by local checks" in (n.evidence or "") or n.status == "fail"
                    for n in report.numeric if n.scale is None)
     assert verdicts == {0.01: "fail", 0.0: "pass"}
+
+
+# The new-user tester's false passes of the first local checks, each a class (small models, --local-checks always;
+# the truth: the same model's --local-checks never, the whole-model float64 checks, and the construction itself).
+
+_SIG = [tf.TensorSpec([None, 8], tf.float32)]
+
+
+def _save(module, path: str) -> None:
+    tf.saved_model.save(module, path, signatures={"serving_default": module.__call__},
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+
+
+class _Small(tf.Module):
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(3)
+        self.w1 = tf.Variable(rng.normal(0, 0.3, (8, 16)).astype("float32"), name="w1")
+        self.w2 = tf.Variable(rng.normal(0, 0.3, (16, 2)).astype("float32"), name="w2")
+
+
+@tf.RegisterGradient("GradauditLocalWrongIdentity")
+def _wrong_identity(_op, grad):  # saving traces it with op=None
+    return grad * 1.1
+
+
+class _OverriddenIdentity(_Small):
+    """gradient_override_map on an Identity: its gradient is 1.1 times the upstream one."""
+
+    @tf.function(input_signature=_SIG)
+    def __call__(self, x):
+        h = tf.nn.softplus(x @ self.w1)
+        with tf.compat.v1.get_default_graph().gradient_override_map({"Identity": "GradauditLocalWrongIdentity"}):
+            h = tf.identity(h)
+        return {"y": h @ self.w2}
+
+
+class _ClosesOver(_Small):
+    """A custom gradient right for its argument whose forward also reads a tensor made from a variable (`a`): the
+    variable's gradient through it is lost."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = tf.Variable([0.3, 0.4], name="a")
+
+    @tf.function(input_signature=_SIG)
+    def __call__(self, x):
+        s = tf.reduce_sum(self.a)
+
+        @tf.custom_gradient
+        def scaled(h):
+            return h * s, lambda dy: dy * s
+
+        return {"y": scaled(x @ self.w1) @ self.w2 + 0.1 * s}  # `a` also reaches y directly: connected
+
+
+@tf.custom_gradient
+def _drops_small(h):
+    def grad(dy):
+        return tf.where(tf.abs(dy) < 1e-3, tf.zeros_like(dy), dy) * tf.sigmoid(h)
+
+    return tf.nn.softplus(h), grad
+
+
+class _DropsSmallUpstream(_Small):
+    """A custom gradient that zeroes upstream gradients below 1e-3, where the model's own are: its gradient is
+    zero in the model, though it is right for a cotangent of ones."""
+
+    @tf.function(input_signature=_SIG)
+    def __call__(self, x):
+        return {"y": 1e-4 * (_drops_small(x @ self.w1) @ self.w2)}
+
+
+@pytest.mark.parametrize("module", [_OverriddenIdentity, _ClosesOver, _DropsSmallUpstream])
+def test_gradients_the_first_local_checks_passed_fail(tmp_path, module):
+    path = str(tmp_path / module.__name__)
+    _save(module(), path)
+    whole = audit_saved_model(path, AuditOptions(local_checks="never"))
+    assert whole.verdict("error") == "fail"  # the truth, by the whole-model float64 checks
+    report = audit_saved_model(path, AuditOptions(local_checks="always"))
+    assert report.verdict("error") == "fail"
+    assert any(f.code == "GA201" for f in report.findings)
+    rows = [n for n in report.numeric if n.scale is None]
+    assert not any(n.status == "pass" and "decided by local checks" in (n.evidence or "") for n in rows)
+
+
+def test_a_straight_through_estimator_is_left_to_the_whole_model_checks(tmp_path):
+    """h + stop_gradient(round(h) - h): the gradient is not the forward's derivative by design; the whole-model
+    checks call it a surrogate (GA203), which the local checks cannot say."""
+
+    class Ste(_Small):
+        @tf.function(input_signature=_SIG)
+        def __call__(self, x):
+            h = x @ self.w1
+            return {"y": (h + tf.stop_gradient(tf.round(h * 4) / 4 - h)) @ self.w2}
+
+    path = str(tmp_path / "ste")
+    _save(Ste(), path)
+    report = audit_saved_model(path, AuditOptions(local_checks="always"))
+    assert report.verdict("error") == "pass"
+    assert any(f.code == "GA203" for f in report.findings)
+    assert not any("decided by local checks" in (n.evidence or "") for n in report.numeric)

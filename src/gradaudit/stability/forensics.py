@@ -66,9 +66,10 @@ def _is_float(t) -> bool:
     return t.dtype.is_floating
 
 
-def _frozen_graph_def(fn) -> tuple[Any, list[str], list[str], dict[str, np.ndarray]]:
+def _frozen_graph_def(fn) -> tuple[Any, list[str], list[str], dict[str, np.ndarray | None]]:
     """The signature function with calls inlined and variables as constants, as a GraphDef with the names of its
-    input and output tensors, and the values of the large variables (LIFT_BYTES or more), which are placeholders
+    input and output tensors, and every variable's tensor name with the value of the large ones (LIFT_BYTES or
+    more; None for the small ones, constants there), which are placeholders
     of the same name there, fed at every run: TensorFlow's convert_variables_to_constants_v2 without the
     ConcreteFunction it builds from the result (a second import of the whole graph), and without writing the large
     variables into the GraphDef (a session materialises every constant of its graph on its first run: 8 s for
@@ -82,7 +83,7 @@ def _frozen_graph_def(fn) -> tuple[Any, list[str], list[str], dict[str, np.ndarr
     for name, t in large.items():  # written as a scalar, then made a placeholder of its shape below
         tensors[name] = t._replace(numpy=np.zeros((), dtype=t.numpy.dtype))
     graph_def, converted = c._replace_variables_by_constants(converter_data=data)  # noqa: SLF001
-    lifted = {}
+    lifted: dict[str, np.ndarray | None] = {}
     for node in graph_def.node:
         if node.op == "Const" and node.name in large:
             value = large[node.name].numpy
@@ -94,6 +95,7 @@ def _frozen_graph_def(fn) -> tuple[Any, list[str], list[str], dict[str, np.ndarr
             lifted[f"{node.name}:0"] = value
     captures = fn.graph.internal_captures
     frozen = object_identity.ObjectIdentitySet([captures[i] for i in converted])
+    lifted.update({f"{name}:0": None for name in tensors if f"{name}:0" not in lifted})  # the small ones: constants
     return graph_def, [t.name for t in fn.inputs if t not in frozen], [t.name for t in fn.outputs], lifted
 
 
@@ -123,6 +125,7 @@ class Forensics:
                 self._custom_fn[node.ref] = gradient_functions.get(node.custom_gradient, node.custom_gradient)
         self._graph: Any = None  # the model's graph, built on first use
         self._lifted: dict[str, np.ndarray] = {}  # tensor name -> value of a large constant fed as a placeholder
+        self._sources: set[str] = set()  # op names of the inputs and of the variables (constants or placeholders)
         self._session: Any = None  # a session on it, made again after the graph changed (`_stale`)
         self._by_output: dict[str, tuple] = {}
         self._custom_calls: dict[str, tuple[Any, list]] = {}  # op name -> (gradient function, its inputs)
@@ -132,7 +135,9 @@ class Forensics:
     def _build(self) -> None:
         import tensorflow as tf
 
-        graph_def, inputs, outputs, self._lifted = _frozen_graph_def(self.fn)
+        graph_def, inputs, outputs, variables = _frozen_graph_def(self.fn)
+        self._lifted = {name: v for name, v in variables.items() if v is not None}
+        self._sources = {name.split(":")[0] for name in variables} | {name.split(":")[0] for name in inputs}
         graph = tf.Graph()
         with graph.as_default():
             tf.graph_util.import_graph_def(graph_def, name="")
@@ -252,6 +257,12 @@ class Forensics:
         feed_dict = {self._inputs[k]: v for k, v in feed.items() if self._inputs.get(k) is not None}
         lifted = {self._graph.get_tensor_by_name(name): value for name, value in self._lifted.items()}
         return self._session.run(fetches, feed_dict={**lifted, **feed_dict, **(extra or {})})
+
+    def source_ops(self) -> set[str]:
+        """The frozen graph's ops that stand for the signature's inputs and the model's variables."""
+        if self._graph is None:
+            self._build()
+        return self._sources
 
     def lifted(self, name: str) -> np.ndarray | None:
         """The value of a frozen variable fed as a placeholder (`_lift_constants`), by tensor name."""

@@ -212,10 +212,12 @@ class LocalChecker:
         """"custom" (a gradient somebody wrote: always checked, the static masks of a custom gradient's IdentityN
         need not reach an output by value), "call" (ops of its own inside, or a resource read: not checkable here),
         "plain", or "" (nothing to check)."""
-        if not any(_is_float(t) for t in op.inputs) or not any(_is_float(t) for t in op.outputs) or op.type in _NOTHING:
+        if not any(_is_float(t) for t in op.inputs) or not any(_is_float(t) for t in op.outputs):
             return ""
-        if _custom(op):
+        if _custom(op):  # before the ops with nothing to check: gradient_override_map on an Identity is written
             return "custom"
+        if op.type in _NOTHING:
+            return ""
         if not self._on_path(op) or (_value_free(op) and not self.value_free):
             return ""
         if op.type in _CALLS or any(t.dtype.name == "resource" for t in op.inputs):
@@ -427,7 +429,11 @@ class LocalChecker:
             return LocalCheck(ref, it.kind, it.verdict, it.dtype, it.rel, tol, evals, why)  # type: ignore[arg-type]
         if est is None:
             return LocalCheck(ref, it.kind, "undecided", it.dtype, None, None, evals, "no step evaluated")
-        rel, bound = est.rel_error, est.rel_threshold(_floor(it.dtype))
+        # relative to the directional derivatives themselves (the sweep decides on the terms' magnitude, which a
+        # custom gradient's region can make far larger: a 1% error would read as 2e-4)
+        denominator = max(abs(est.autodiff), abs(est.numeric))
+        rel, bound = ((abs(est.delta) / denominator, (est.bound + _floor(it.dtype) * est.scale) / denominator)
+                      if denominator > 0 else (est.rel_error, est.rel_threshold(_floor(it.dtype))))
         if it.verdict == "pass":
             return LocalCheck(ref, it.kind, "pass", it.dtype, rel, bound, evals, None if not it.nearby else
                               f"the recorded values sit on a kink of {it.op.type} (a tie or a zero: TensorFlow's "
@@ -467,9 +473,48 @@ class LocalChecker:
                                       if item is not None else "its inputs are not finite at the recorded values"))
             return
         item.outputs = [i for i in range(results) if _is_float(op.outputs[i])]
+        reads = self._reads_beside(op, results, moved) if op.type == "IdentityN" else None
+        if reads is not None:
+            outcome.unchecked.append((ref, f"the forward its custom gradient replaces also reads {reads}, which its "
+                                      "gradient does not receive: checked with the whole model"))
+            return
         f._stale()  # noqa: SLF001 - gradients were added to the graph
         self._custom_line(item, feed, outcome)
         outcome.checks.append(self._judged(item))
+
+    def _upstream(self, outs: list, feed: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+        """The gradient of the model's projected outputs with respect to `outs` at `feed` (float64), what a custom
+        gradient receives inside the model's backward (one that is not linear in it, zeroing small ones, is then
+        checked as the model uses it); None where it is zero or TensorFlow gives none (a fixed cotangent then)."""
+        import tensorflow as tf
+
+        f = self.forensics
+        with f._graph.as_default():  # noqa: SLF001
+            phi = _projection(list(f._outputs.values()), 99)  # noqa: SLF001
+            dys = tf.gradients(phi, outs)
+            dense = [_dense64(dy) for dy in dys if dy is not None]
+        f._stale()  # noqa: SLF001
+        if len(dense) < len(dys):
+            return None
+        got = [np.asarray(v, np.float64) for v in f._run(dense, feed)]  # noqa: SLF001
+        return got if any(np.any(v) for v in got) else None
+
+    def _reads_beside(self, op, results: int, moved: list[int]) -> str | None:
+        """What the forward of a custom gradient's region reads from a source other than through the inputs its
+        gradient receives (a tensor the function closes over, made from an input or a variable: its gradient
+        through the region is lost, and moving the inputs alone cannot see it); None when nothing."""
+        args = {op.inputs[i].name for i in moved}
+        sources = self.forensics.source_ops()
+        stack, seen = [op.inputs[i].op for i in range(results)], set()
+        while stack:
+            o = stack.pop()
+            if o.name in seen:
+                continue
+            seen.add(o.name)
+            if o.name in sources:
+                return f"{o.type} '{o.name}'"
+            stack.extend(t.op for t in o.inputs if t.name not in args)
+        return None
 
     def _custom_line(self, it: _Item, feed: dict[str, np.ndarray], outcome: LocalOutcome) -> None:
         import tensorflow as tf
@@ -478,8 +523,12 @@ class LocalChecker:
         op = it.op
         outs = [op.outputs[i] for i in it.outputs]
         ins = [op.inputs[i] for i in it.moved]
+        upstream = self._upstream(outs, feed)
         with f._graph.as_default():  # noqa: SLF001
-            phi_t = _projection(outs, 0)
+            if upstream is None:
+                phi_t = _projection(outs, 0)
+            else:  # the cotangent the model's backward really hands the custom gradient at this point
+                phi_t = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float64) * dy) for o, dy in zip(outs, upstream)])
             grads = [_dense64(g) if g is not None else None for g in tf.gradients(phi_t, ins)]
         f._stale()  # noqa: SLF001
 
