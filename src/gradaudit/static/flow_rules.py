@@ -110,7 +110,33 @@ def check(analysis) -> list:
     findings += _sampler_findings(analysis)
     findings += _variable_write_findings(analysis)
     findings += _disconnected_variable_findings(analysis)
+    findings += _unlocated_cut_findings(analysis)
     return findings
+
+
+def _unlocated_cut_findings(analysis) -> list:
+    """One error per output whose blocked pairs name no cutting op (the gradient is None in TensorFlow, and the
+    static pass could not say where it dies: a gradient override or custom gradient returning None, for
+    instance). A blocked pair never passes the gate silently; the written gradients on its forward path are named
+    as the places to look."""
+    from ..rules import flow as rules
+
+    by_output: dict[str, list[str]] = {}
+    for entry in analysis.flow:
+        if entry.status == "blocked" and not entry.blocked_by and not entry.raises:
+            by_output.setdefault(entry.output, []).append(entry.source)
+    written = sorted({n.ref for n in analysis.graph.ops.values() if n.custom_gradient},
+                     key=lambda r: (r.function, r.op_name))
+    look = (f" Gradients written in the model, where to look first: {', '.join(r.label for r in written[:3])}"
+            f"{' ...' if len(written) > 3 else ''}." if written else "")
+    return [rules.ZeroGradient.finding(
+        f"Every gradient path from {_names(sources)} to {output} is cut (TensorFlow gives them no gradient), and the "
+        f"static pass could not locate the op that cuts it.{look}",
+        sources=tuple(sources), outputs=(output,),
+        fix="Find where the gradient becomes None: a gradient function (tf.custom_gradient, tf.RegisterGradient "
+            "with gradient_override_map) that returns None for an input, or a non-differentiable op; return the "
+            "input's gradient, or tf.zeros_like it if no gradient is meant.")
+        for output, sources in by_output.items()]
 
 
 _RULE_BY_SLUG = {r.slug: r for r in RULES}
