@@ -98,7 +98,7 @@ def run_saved_model(static: StaticResult, path: str, options: AuditOptions) -> R
     _full_tracebacks()
     key = static.target.signature or options.signature
     loads = ModelLoads(path, options.tags, key, static.model)
-    local = _LocalMode(options, loads)
+    local = _LocalMode(options, lambda: loads.get(False).fn)
     try:
         with graphs_as_written():
             return _stages([
@@ -125,8 +125,9 @@ class _LocalMode:
     """Whether the local checks decide this audit's numeric and probe-point checks (--local-checks; auto: a model
     of stability.local.LARGE_MODEL trainable parameters or more), found once on the loaded model."""
 
-    def __init__(self, options: AuditOptions, loads):
-        self._options, self._loads = options, loads
+    def __init__(self, options: AuditOptions, function: Callable[[], Any]):
+        """`function()`: the signature's function (loaded or traced) whose trainable parameters are counted."""
+        self._options, self._function = options, function
         self._wanted: bool | None = None
 
     def wanted(self) -> bool:
@@ -141,7 +142,7 @@ class _LocalMode:
         from .stability.local import LARGE_MODEL, model_parameters
 
         try:
-            fn = self._loads.get(False).fn
+            fn = self._function()
         except Exception:  # noqa: BLE001 - a model that does not load: the numeric checks say so
             return False
         return model_parameters(fn) >= LARGE_MODEL
@@ -244,22 +245,38 @@ def run_traced(static: StaticResult, traced, options: AuditOptions,
 
     _full_tracebacks()
     copy = _SavedCopy(static, traced, options, static_of_copy)
+    local = _LocalMode(options, lambda: traced.fn)
     try:
         with graphs_as_written():
             return _stages([
-                ("numeric", "running the numeric checks", lambda: _numeric_traced(static, traced, options)),
-                ("probes", "running the stability probes", lambda: _probe_traced(static, copy, options)),
+                ("numeric", "running the numeric checks",
+                 lambda: _numeric_traced(static, traced, options, copy, local)),
+                ("probes", "running the stability probes", lambda: _probe_traced(static, copy, options, local)),
                 ("precision", "checking precision", lambda: _precision_traced(static, copy, options)),
             ])
     finally:
         copy.close()
 
 
-def _numeric_traced(static: StaticResult, traced, options: AuditOptions) -> NumericPart:
+def _numeric_traced(static: StaticResult, traced, options: AuditOptions, saved: _SavedCopy,
+                    local: _LocalMode) -> NumericPart:
+    """The numeric checks on the traced function; a large one's decided by the local checks of its saved copy
+    (their ops and findings under the traced graph's names)."""
     from .numeric import run_numeric_function
 
-    return _numeric_part(run_numeric_function(traced.fn, _numeric_task(static, options),
-                                              variable_names=traced.variable_names))
+    copy = saved.get() if local.wanted() else None
+    checked = _local_checks(copy, options, saved.loads) if copy is not None else None
+    task = _numeric_task(static, options, local=checked[1] if checked else None)
+    part = _numeric_part(run_numeric_function(traced.fn, task, variable_names=traced.variable_names))
+    if checked is None or copy is None:
+        return part
+    from .stability import local as stage
+
+    outcome, verdict = checked
+    found = tuple(saved.renamed(f) for f in stage.findings(outcome, copy.analysis))
+    return replace(part, findings=found + part.findings,
+                   notes=tuple(stage.notes(outcome, verdict is not None)) + part.notes,
+                   local=tuple(replace(c, op=saved.op(c.op)) for c in outcome.checks))
 
 
 class _SavedCopy:
@@ -322,6 +339,11 @@ class _SavedCopy:
             self._ops = {k: v[0] for k, v in seen.items() if len(v) == 1}
         return self._ops.get((ref.op_type, ref.op_name), ref)
 
+    def renamed(self, finding: Any) -> Any:
+        """A finding of the copy under the traced graph's names (op, sources, outputs)."""
+        return replace(finding, op=self.op(finding.op), sources=tuple(self.rename.get(n, n) for n in finding.sources),
+                       outputs=tuple(self.rename.get(n, n) for n in finding.outputs))
+
     def close(self) -> None:
         if self.loads is not None:
             self.loads.close()
@@ -329,13 +351,13 @@ class _SavedCopy:
             self._tmp.cleanup()
 
 
-def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions) -> ProbePart:
+def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions, local: _LocalMode) -> ProbePart:
     """Stability probes and --order 2 run on the saved copy; results come back under the traced graph's names,
     and the copy's hazard verdicts as verdicts on the traced graph's own lints (same rule, same op name)."""
     copy = saved.get()
     if copy is None:
         return ProbePart(notes=(f"stability probes not run: {saved.why}",))
-    outcome = _probe_outcome(copy.analysis, saved.path, options, "serving_default", saved.loads)
+    outcome = _probe_outcome(copy.analysis, saved.path, options, "serving_default", saved.loads, local.wanted())
     rename = saved.rename
 
     def renamed(item):
@@ -354,7 +376,8 @@ def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions
     # the copy's own numeric checks do not run: its numeric rows are the probe points' and second order's
     return replace(part, results=tuple(renamed(s) for s in part.results),
                    numeric=tuple(renamed(n) for n in part.numeric),
-                   findings=tuple(renamed(f) for f in part.findings), verdicts=verdicts)
+                   findings=tuple(renamed(f) for f in part.findings), verdicts=verdicts,
+                   local=tuple(replace(c, op=saved.op(c.op)) for c in part.local))
 
 
 def _precision_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions) -> PrecisionPart:

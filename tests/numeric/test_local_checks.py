@@ -20,7 +20,7 @@ from gradaudit.api import AuditOptions, audit_saved_model
 WIDTH = 1024  # a 1024 x 1024 dense layer: above stability.local.LARGE_MODEL (1M trainable parameters)
 
 
-def _big_model(path: str, wrong: float) -> None:
+def _big_model(path: str, wrong: float):
     """A conv block, then a wide dense layer, then an activation with a hand-written gradient (`wrong`: its
     relative error), then a head: over a million trainable parameters, float32."""
     rng = np.random.default_rng(0)
@@ -51,8 +51,10 @@ def _big_model(path: str, wrong: float) -> None:
             return {"y": h @ self.w3}
 
     m = Big()
-    tf.saved_model.save(m, path, signatures={"serving_default": m.__call__},
-                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+    if path:
+        tf.saved_model.save(m, path, signatures={"serving_default": m.__call__},
+                            options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+    return m
 
 
 def _relative_gradient_error(path: str) -> float:
@@ -318,3 +320,18 @@ def test_a_straight_through_estimator_is_left_to_the_whole_model_checks(tmp_path
     assert report.verdict("error") == "pass"
     assert any(f.code == "GA203" for f in report.findings)
     assert not any("decided by local checks" in (n.evidence or "") for n in report.numeric)
+
+
+@pytest.mark.slow
+def test_a_large_python_target_is_decided_by_the_local_checks_of_its_saved_copy():
+    """The same 1.1M-parameter module audited as a Python object (its traced function): the local checks run on
+    the copy the probes already save, and the finding names the traced graph's custom gradient."""
+    from gradaudit.api import audit_object
+
+    report = audit_object(_big_model("", 0.01), AuditOptions())
+    assert report.verdict("error") == "fail"
+    assert any(f.code == "GA201" and f.op is not None and f.op.op_type == "IdentityN" for f in report.findings)
+    assert any(c.kind == "custom_gradient" and c.status == "fail" for c in report.local)
+    healthy = audit_object(_big_model("", 0.0), AuditOptions())
+    assert healthy.verdict("error") == "pass"
+    assert all("decided by local checks" in (n.evidence or "") for n in healthy.numeric if n.scale is None)

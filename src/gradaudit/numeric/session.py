@@ -236,16 +236,23 @@ def run_function_session(fn, task: NumericTask, variable_names: dict[int, Any] |
         return point
     if (nothing := plan.empty()) is not None:
         return nothing
-    graphs = [fn.graph] + [f.graph for f in fn.graph._functions.values() if hasattr(f, "graph")]  # noqa: SLF001
-    ops = [(g, op) for g in graphs for op in g.get_operations()]
-    model = _Model(PositionalFunction(fn, [t.op.name for t in placeholders], names), specs,
-                   _function_variables(fn, variable_names or {}), frozenset(op.type for _, op in ops),
-                   _custom_gradients(ops))
+    if task.local is not None:  # decided by the local checks of the function's saved copy
+        return decided_locally(plan, task.local)
+    model = _function_model(fn, PositionalFunction(fn, [t.op.name for t in placeholders], names), specs,
+                            variable_names or {})
     outcome = _check(model, _Session(plan, point, task.options, task.say), False)
     note = "Float64 evaluation applies to SavedModels only: checked in the function's own precision."
     why = ("float64 copies are made of SavedModels only: the function's own precision" if task.options.upcast
            else "float64 evaluation disabled")
     return _with_precision(outcome, why, [note] if task.options.upcast else [])
+
+
+def _function_model(fn, call, specs: dict[str, Any], variable_names: dict[int, Any]) -> _Model:
+    """What the checks run of a traced function: its call, variables, op types and custom gradients."""
+    graphs = [fn.graph] + [f.graph for f in fn.graph._functions.values() if hasattr(f, "graph")]  # noqa: SLF001
+    ops = [(g, op) for g in graphs for op in g.get_operations()]
+    return _Model(call, specs, _function_variables(fn, variable_names), frozenset(op.type for _, op in ops),
+                  _custom_gradients(ops))
 
 
 def _function_variables(fn, variable_names: dict[int, Any]) -> dict[str, Any]:
