@@ -117,7 +117,9 @@ def not_yet_reported(known: list[Finding], findings: tuple[Finding, ...]) -> lis
     def op_key(f: Finding) -> tuple[str, str] | None:
         return (f.op.op_type, f.op.op_name) if f.op else None
 
-    seen = {(op_key(f), s) for f in known if f.rule == "gradient-mismatch" for s in f.sources}
+    # an error already reported; a warning (an op's own error the model masks at one point) does not hide one
+    seen = {(op_key(f), s) for f in known if f.rule == "gradient-mismatch" and f.severity is Severity.ERROR
+            for s in f.sources}
     return [f for f in findings if f.rule != "gradient-mismatch" or not f.sources
             or not all((op_key(f), s) in seen for s in f.sources)]
 

@@ -162,8 +162,16 @@ def _numeric(static: StaticResult, path: str, options: AuditOptions, loads, loca
     outcome, verdict = checked
     from .stability import local as stage
 
-    return replace(part, findings=tuple(stage.findings(outcome, static.analysis)) + part.findings,
+    found = stage.findings(outcome, static.analysis, confirmed=not _whole_model_passed(part))
+    return replace(part, findings=tuple(found) + part.findings,
                    notes=tuple(stage.notes(outcome, verdict is not None)) + part.notes, local=tuple(outcome.checks))
+
+
+def _whole_model_passed(part: NumericPart) -> bool:
+    """The whole-model checks ran at the numeric checks' point and every one of them passed."""
+    rows = [r for r in part.results
+            if r.scale is None and not (r.evidence or "").startswith("decided by local checks")]
+    return bool(rows) and all(r.status == "pass" for r in rows)
 
 
 def _local_checks(static: StaticResult, options: AuditOptions, loads):
@@ -273,7 +281,8 @@ def _numeric_traced(static: StaticResult, traced, options: AuditOptions, saved: 
     from .stability import local as stage
 
     outcome, verdict = checked
-    found = tuple(saved.renamed(f) for f in stage.findings(outcome, copy.analysis))
+    found = tuple(saved.renamed(f) for f in stage.findings(outcome, copy.analysis,
+                                                           confirmed=not _whole_model_passed(part)))
     return replace(part, findings=found + part.findings,
                    notes=tuple(stage.notes(outcome, verdict is not None)) + part.notes,
                    local=tuple(replace(c, op=saved.op(c.op)) for c in outcome.checks))

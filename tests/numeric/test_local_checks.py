@@ -335,3 +335,50 @@ def test_a_large_python_target_is_decided_by_the_local_checks_of_its_saved_copy(
     healthy = audit_object(_big_model("", 0.0), AuditOptions())
     assert healthy.verdict("error") == "pass"
     assert all("decided by local checks" in (n.evidence or "") for n in healthy.numeric if n.scale is None)
+
+
+class _MaskedCumprod(_Small):
+    """TensorFlow's cumprod gradient is wrong where a factor is exactly zero; here the zeros come from a mask whose
+    derivative is zero, so the model's gradient is right (the tester's cumprod0)."""
+
+    @tf.function(input_signature=_SIG)
+    def __call__(self, x):
+        h = x @ self.w1
+        masked = h * tf.cast(h > 0, tf.float32)
+        return {"y": tf.math.cumprod(masked + 0.5 * tf.cast(h > 0, tf.float32), axis=1) @ self.w2}
+
+
+class _IntegerInside(_Small):
+    """A custom gradient that computes an integer from its own input (k = [h > 0] + 1) and is 10% wrong: moving the
+    input moves k, the local differences jump (the tester's cgint10)."""
+
+    @tf.function(input_signature=_SIG)
+    def __call__(self, x):
+        @tf.custom_gradient
+        def f(h):
+            k = tf.cast(h > 0, tf.float32) + 1.0
+            return h * k, lambda dy: dy * k * 1.1
+
+        return {"y": f(x @ self.w1) @ self.w2}
+
+
+def test_an_op_wrong_on_its_own_but_not_in_the_model_is_a_warning_not_a_failure(tmp_path):
+    path = str(tmp_path / "cumprod")
+    _save(_MaskedCumprod(), path)
+    whole = audit_saved_model(path, AuditOptions(local_checks="never"))
+    assert whole.verdict("error") == "pass"  # the truth: the model's gradient is its forward's derivative
+    report = audit_saved_model(path, AuditOptions(local_checks="always"))
+    assert report.verdict("error") == "pass"
+    cumprod = [f for f in report.findings if f.code == "GA201" and f.op is not None and f.op.op_type == "Cumprod"]
+    if cumprod:  # the synthesised point puts a zero factor in: TensorFlow's own gradient is wrong there, named
+        assert {f.severity.name for f in cumprod} == {"WARNING"} and "does not reach it here" in cumprod[0].message
+
+
+def test_a_custom_gradient_that_computes_an_integer_from_its_input_fails(tmp_path):
+    path = str(tmp_path / "integer")
+    _save(_IntegerInside(), path)
+    assert audit_saved_model(path, AuditOptions(local_checks="never", probe_scales=(1.0,))).verdict("error") == "fail"
+    report = audit_saved_model(path, AuditOptions(local_checks="always", probe_scales=(1.0,)))
+    assert report.verdict("error") == "fail"
+    rows = [n for n in report.numeric if n.scale is None]
+    assert rows and not any("decided by local checks" in (n.evidence or "") for n in rows)
