@@ -71,6 +71,9 @@ class LocalOutcome:
     checks: list[LocalCheck] = field(default_factory=list)
     unchecked: list[tuple[OpRef, str]] = field(default_factory=list)
     runs: int = 0  # session runs spent
+    # custom gradients checked with the cotangent the model's backward hands them, moving only inputs made from the
+    # sources: a failure there is the model's gradient being wrong (no other op's zero can mask it downstream)
+    decisive: set[OpRef] = field(default_factory=set)
 
     @property
     def failed(self) -> list[LocalCheck]:
@@ -449,27 +452,15 @@ class LocalChecker:
     # -- custom gradients, in the frozen graph ----------------------------------------------------
     def _check_custom(self, op, values: dict[str, np.ndarray], feed: dict[str, np.ndarray],
                       outcome: LocalOutcome) -> None:
-        import tensorflow as tf
-
         f = self.forensics
         ref = f._ref(op)  # noqa: SLF001
-        floats = [i for i, t in enumerate(op.inputs) if _is_float(t)]
-        with f._graph.as_default():  # noqa: SLF001
-            try:
-                probe = tf.gradients([op.outputs[i] for i in range(len(op.outputs)) if _is_float(op.outputs[i])],
-                                     [op.inputs[i] for i in floats])
-            except Exception as exc:  # noqa: BLE001 - a gradient function the frozen graph cannot call
-                outcome.unchecked.append((ref, f"its custom gradient cannot run on the frozen graph ({exc})"))
-                return
-        moved = [i for i, g in zip(floats, probe) if g is not None]
-        if any(t.dtype.name == "resource" for t in op.inputs):
-            outcome.unchecked.append((ref, "the variables its custom gradient differentiates are not checked locally"))
+        found = self._custom_inputs(op, ref, outcome)
+        if found is None:
             return
-        # tf.custom_gradient's IdentityN: the results first, then the inputs its gradient function receives
-        results = min(moved) if op.type == "IdentityN" and moved else len(op.outputs)
+        moved, results = found
         item = self._item(op, values, "custom_gradient", op.outputs[0].dtype.name, moved)
         if item is None or not moved:
-            outcome.unchecked.append((ref, "its custom gradient gives no input a gradient at the recorded values"
+            outcome.unchecked.append((ref, "its custom gradient gives no input made from a source a gradient"
                                       if item is not None else "its inputs are not finite at the recorded values"))
             return
         item.outputs = [i for i in range(results) if _is_float(op.outputs[i])]
@@ -481,6 +472,28 @@ class LocalChecker:
         f._stale()  # noqa: SLF001 - gradients were added to the graph
         self._custom_line(item, feed, outcome)
         outcome.checks.append(self._judged(item))
+
+    def _custom_inputs(self, op, ref: OpRef, outcome: LocalOutcome) -> tuple[list[int], int] | None:
+        """(the inputs to move: those its gradient gives a gradient and that are made from a source, the number of
+        its results), or None (unchecked, said in `outcome`)."""
+        import tensorflow as tf
+
+        f = self.forensics
+        floats = [i for i, t in enumerate(op.inputs) if _is_float(t)]
+        with f._graph.as_default():  # noqa: SLF001
+            try:
+                probe = tf.gradients([op.outputs[i] for i in range(len(op.outputs)) if _is_float(op.outputs[i])],
+                                     [op.inputs[i] for i in floats])
+            except Exception as exc:  # noqa: BLE001 - a gradient function the frozen graph cannot call
+                outcome.unchecked.append((ref, f"its custom gradient cannot run on the frozen graph ({exc})"))
+                return None
+        if any(t.dtype.name == "resource" for t in op.inputs):
+            outcome.unchecked.append((ref, "the variables its custom gradient differentiates are not checked locally"))
+            return None
+        moved = [i for i, g in zip(floats, probe) if g is not None]
+        # tf.custom_gradient's IdentityN: the results first, then the inputs its gradient function receives
+        results = min(moved) if op.type == "IdentityN" and moved else len(op.outputs)
+        return [i for i in moved if self._from_sources(op.inputs[i])], results
 
     def _upstream(self, outs: list, feed: dict[str, np.ndarray]) -> list[np.ndarray] | None:
         """The gradient of the model's projected outputs with respect to `outs` at `feed` (float64), what a custom
@@ -516,6 +529,20 @@ class LocalChecker:
             stack.extend(t.op for t in o.inputs if t.name not in args)
         return None
 
+    def _from_sources(self, t) -> bool:
+        """Whether tensor `t` of the frozen graph is made from a source (an input or a variable): a constant input
+        of a custom gradient is not moved (its gradient, right or not, reaches no source)."""
+        sources = self.forensics.source_ops()
+        stack, seen = [t.op], set()
+        while stack:
+            o = stack.pop()
+            if o.name in sources:
+                return True
+            if o.name not in seen:
+                seen.add(o.name)
+                stack.extend(i.op for i in o.inputs)
+        return False
+
     def _custom_line(self, it: _Item, feed: dict[str, np.ndarray], outcome: LocalOutcome) -> None:
         import tensorflow as tf
 
@@ -524,6 +551,8 @@ class LocalChecker:
         outs = [op.outputs[i] for i in it.outputs]
         ins = [op.inputs[i] for i in it.moved]
         upstream = self._upstream(outs, feed)
+        if upstream is not None:
+            outcome.decisive.add(f._ref(op))  # noqa: SLF001
         with f._graph.as_default():  # noqa: SLF001
             if upstream is None:
                 phi_t = _projection(outs, 0)
@@ -755,8 +784,15 @@ def verdict(outcome: LocalOutcome):
     undecided or not checkable here: the whole-model checks decide then)."""
     from ..numeric import LocalVerdict
 
-    if not outcome.complete:  # an op failed on its own: whether the model's gradient is wrong is the whole
-        # model's to say (an op's wrong partial can meet a zero downstream: a cumprod's at a masked zero factor)
+    failed = outcome.failed
+    if failed and all(c.kind == "custom_gradient" and c.op in outcome.decisive for c in failed):
+        first = max(failed, key=lambda c: c.rel_error or 0.0)
+        names = ", ".join(c.op.short for c in failed[:3]) + (" ..." if len(failed) > 3 else "")
+        return LocalVerdict("fail", f"local checks: the custom gradient of {names} disagrees with its differences at "
+                            "the values and with the cotangent the model's forward and backward gave it",
+                            first.dtype, _evaluations(outcome), first.rel_error)
+    if not outcome.complete:  # TensorFlow's own op failed on its own: whether the model's gradient is wrong is the
+        # whole model's to say (an op's wrong partial can meet a zero downstream: a cumprod's at a masked zero)
         return None
     ops = sum(c.shared for c in outcome.checks)
     exact = sum(c.shared for c in outcome.checks if c.bound is not None and c.evidence is None

@@ -452,8 +452,9 @@ class Prober:
         oscillates or cancels at large scales), else in the model's own precision. With `local`, each op is checked
         on its own at the values it receives there, and the whole-model checks run only if one is left undecided."""
         before = len(self.checked)
-        failures = self._local_at(inputs, scale, sign) if self.local else []
-        if failures is None:
+        decided, failures = self._local_at(inputs, scale, sign) if self.local else (False, [])
+        if decided:
+            self.mismatches.extend(failures)
             return
         self._whole_model_at(inputs, scale, sign)
         if failures and not all(r.status == "pass" for r in self.checked[before:]):
@@ -475,20 +476,20 @@ class Prober:
         why = "the stability probes run the model in its own precision"
         self.checked.extend(replace(r, scale=sign * scale, precision_reason=why) for _, r in native)
 
-    def _local_at(self, inputs: list[str], scale: float, sign: int) -> list[Finding] | None:
-        """The local checks at the probe point: None when they decided it (every op passed), else the findings of
-        the ops that failed on their own (kept if the whole-model checks there do not pass either)."""
+    def _local_at(self, inputs: list[str], scale: float, sign: int) -> tuple[bool, list[Finding]]:
+        """The local checks at the probe point: whether they decided it (every op passed, or a custom gradient
+        failed with the model's own cotangent), and the findings of the ops that failed (when undecided, kept only
+        if the whole-model checks there do not pass either)."""
         from . import local
 
         point = self.point(tuple(inputs), scale, sign)
         rng = np.random.default_rng([self.seed, 9, int(scale * 1e3), sign + 1])
         outcome = local.LocalChecker(self.forensics, rng, analysis=self.analysis, value_free=False).run(point)
         self.local_checks.extend(replace(c, scale=sign * scale) for c in outcome.checks)
-        if local.verdict(outcome) is not None:
-            return None
         where = f"inputs × {sign * scale:g} (stability probes, local checks)"
-        return [replace(f, message=f"At the probe point {where}: {f.message}")
-                for f in local.findings(outcome, self.analysis)]
+        found = [replace(f, message=f"At the probe point {where}: {f.message}")
+                 for f in local.findings(outcome, self.analysis)]
+        return local.verdict(outcome) is not None, found
 
     def _float64_checks(self, groups: list | None, inputs: list[str], scale: float, sign: int
                         ) -> list[NumericResult] | None:
