@@ -115,6 +115,9 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
         if prober is not None:
             outcome.notes.extend(prober.notes)
             outcome.local.extend(prober.local_checks)
+            from .local import probe_note
+
+            outcome.notes.extend(probe_note(prober.local_checks))
             prober.close()
 
 

@@ -797,13 +797,14 @@ def verdict(outcome: LocalOutcome):
     ops = sum(c.shared for c in outcome.checks)
     exact = sum(c.shared for c in outcome.checks if c.bound is not None and c.evidence is None
                 and c.op.op_type in VALUE_FREE)
-    dtypes = sorted({c.dtype for c in outcome.checks if c.op.op_type not in VALUE_FREE} or {"float32"})
+    dtypes = sorted({c.dtype for c in outcome.checks})
     worst = max((c.rel_error or 0.0 for c in outcome.checks), default=0.0)
     evidence = (f"decided by local checks: {ops} ops, each checked on its own at the values the model's forward gave "
-                f"it ({exact} linear in their inputs, checked once per type, attributes and shapes; the rest in "
-                f"{'/'.join(dtypes)} at their own values), composed by TensorFlow's chain rule; no whole-model "
+                f"it ({exact} linear in their inputs, checked once per type, attributes and shapes; the rest at "
+                f"their own values; in {'/'.join(dtypes)}), composed by TensorFlow's chain rule; no whole-model "
                 "differences were taken")
-    return LocalVerdict("pass", evidence, dtypes[-1] if len(dtypes) == 1 else "float32", _evaluations(outcome), worst)
+    least = min(dtypes, key=lambda d: -_EPS.get(d, 0.0))  # the row's dtype: the least precise any check ran in
+    return LocalVerdict("pass", evidence, least, _evaluations(outcome), worst)
 
 
 def _evaluations(outcome: LocalOutcome) -> int:
@@ -838,6 +839,16 @@ def findings(outcome: LocalOutcome, analysis, confirmed: bool = True) -> list[Fi
             outputs=tuple(n for j, n in enumerate(outs) if out >> j & 1),
             severity=Severity.WARNING if masked else None))
     return found
+
+
+def probe_note(checks: list[LocalCheck]) -> list[str]:
+    """One line on the local checks at the probe points (the numeric checks' note counts their own point)."""
+    if not checks:
+        return []
+    by = {s: sum(c.shared for c in checks if c.status == s) for s in ("pass", "fail", "undecided")}
+    points = len({c.scale for c in checks})
+    return [f"Local checks at {points} probe point(s): {sum(by.values())} op checks, {by['pass']} pass, {by['fail']} "
+            f"fail, {by['undecided']} undecided (an undecided point is checked with the whole model)"]
 
 
 def notes(outcome: LocalOutcome, decided: bool) -> list[str]:
