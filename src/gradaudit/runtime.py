@@ -168,9 +168,9 @@ def _numeric(static: StaticResult, path: str, options: AuditOptions, loads, loca
 
 
 def _whole_model_passed(part: NumericPart) -> bool:
-    """The whole-model checks ran at the numeric checks' point and every one of them passed."""
-    rows = [r for r in part.results
-            if r.scale is None and not (r.evidence or "").startswith("decided by local checks")]
+    """Every check at the numeric checks' point passed: the whole-model checks' (called only where an op failed on
+    its own, when the local checks decide nothing, so every row is theirs) or a local failure's rows (fail)."""
+    rows = [r for r in part.results if r.scale is None]
     return bool(rows) and all(r.status == "pass" for r in rows)
 
 

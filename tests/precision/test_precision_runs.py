@@ -15,6 +15,8 @@ from gradaudit.stability import precision
 from gradaudit.stability.forensics import Forensics
 from gradaudit.stability.probes import dense
 
+from .test_precision import Loop  # a While loop: TensorFlow cannot run the frozen copy of its graph
+
 X = np.array([[0.5, -1.0, 1.5, 2.0], [-0.75, 1.25, 0.25, -1.5]], np.float32)  # largest magnitude 2
 
 
@@ -148,19 +150,6 @@ def test_where_the_frozen_graph_cannot_be_differentiated_the_runner_gives_the_sa
     assert apart.precision and table(apart) == table(together)
     assert [f.code for f in apart.findings] == [f.code for f in together.findings]
     assert apart.incomplete == together.incomplete
-
-
-class Loop(tf.Module):
-    """A While loop: TensorFlow cannot run the frozen copy of its graph, the gradients come from the Runner."""
-
-    def __init__(self):
-        super().__init__()
-        self.w = tf.Variable(np.full(4, 0.5, np.float32), name="w")
-
-    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
-    def __call__(self, x):
-        _, y = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * self.w + 1.0), (tf.constant(0), x))
-        return {"y": y}
 
 
 def test_a_point_run_again_where_the_forward_side_failed_says_so_once(tmp_path):

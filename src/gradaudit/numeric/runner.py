@@ -330,6 +330,8 @@ class ModelLoads:
         self._info: SavedModelInfo | None = None
         self._loaded: dict[bool | str, Loaded] = {}
         self._failed: dict[bool | str, BaseException] = {}
+        # the frozen copy of the loaded model its stages share (stability.local.shared_forensics), made on first use
+        self.forensics: Any = None
 
     @property
     def info(self) -> SavedModelInfo:

@@ -101,7 +101,6 @@ class _Item:
     outputs: list[int]  # output positions projected on u
     dtype: str
     kind: Literal["op", "custom_gradient"]
-    u: list[np.ndarray] = field(default_factory=list)
     g: list[np.ndarray] = field(default_factory=list)
     line: Any = None
     est: Any = None
@@ -755,11 +754,9 @@ def shared_forensics(loads, analysis):
     for the local checks and the probes' forensics."""
     from .forensics import Forensics
 
-    made = getattr(loads, "_forensics", None)
-    if made is None:
-        made = Forensics(loads.get(False).fn, analysis.graph, analysis.gradient_functions)
-        loads._forensics = made  # noqa: SLF001 - ModelLoads carries what its loaded model's users share
-    return made
+    if loads.forensics is None:
+        loads.forensics = Forensics(loads.get(False).fn, analysis.graph, analysis.gradient_functions)
+    return loads.forensics
 
 
 def run_local(loads, analysis, point: dict[str, np.ndarray], seed: int,
@@ -790,7 +787,7 @@ def verdict(outcome: LocalOutcome):
         names = ", ".join(c.op.short for c in failed[:3]) + (" ..." if len(failed) > 3 else "")
         return LocalVerdict("fail", f"local checks: the custom gradient of {names} disagrees with its differences at "
                             "the values and with the cotangent the model's forward and backward gave it",
-                            first.dtype, _evaluations(outcome), first.rel_error)
+                            first.dtype, outcome.runs, first.rel_error)
     if not outcome.complete:  # TensorFlow's own op failed on its own: whether the model's gradient is wrong is the
         # whole model's to say (an op's wrong partial can meet a zero downstream: a cumprod's at a masked zero)
         return None
@@ -804,11 +801,7 @@ def verdict(outcome: LocalOutcome):
                 f"their own values; in {'/'.join(dtypes)}), composed by TensorFlow's chain rule; no whole-model "
                 "differences were taken")
     least = min(dtypes, key=lambda d: -_EPS.get(d, 0.0))  # the row's dtype: the least precise any check ran in
-    return LocalVerdict("pass", evidence, least, _evaluations(outcome), worst)
-
-
-def _evaluations(outcome: LocalOutcome) -> int:
-    return outcome.runs
+    return LocalVerdict("pass", evidence, least, outcome.runs, worst)
 
 
 def findings(outcome: LocalOutcome, analysis, confirmed: bool = True) -> list[Finding]:
