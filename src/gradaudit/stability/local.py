@@ -46,6 +46,8 @@ _CALLS = CONTROL_FLOW | {"PartitionedCall", "StatefulPartitionedCall", "XlaCallM
                          "PyFuncStateless"}
 # Fed values per chunk of the check graph (float64 bytes): a large model's weights are checked a chunk at a time.
 CHUNK_BYTES = 256 << 20
+# Standard normals drawn once per checker, at most (float64): the directions are windows of them.
+_POOL = 1 << 22
 # How far from the recorded values (relative to their magnitude) an op that sits on its kink there is checked again.
 NEARBY = 1e-3
 # Ops linear (or bilinear) in their float inputs: their registered gradient is a formula of shapes and attributes,
@@ -108,6 +110,8 @@ class _Item:
     exact: bool = False  # a value-free op: central differences at one step are exact up to rounding
     nearby: bool = False  # checked at a point next to the recorded one (the recorded one sits on a kink)
     rel: float | None = None  # the exact check's relative error
+    held: dict = field(default_factory=dict)  # the check graph's placeholders of its fixed cotangent, and their values
+    fed: list[np.ndarray] | None = None  # the arrays fed at the step evaluated last (rounded to the placeholders')
 
 
 def _is_float(t) -> bool:
@@ -187,6 +191,7 @@ class LocalChecker:
         self._f64: dict[tuple, bool] = {}
         self.shared: dict[str, int] = {}
         self._nodes: dict[OpRef, Any] | None = None
+        self._pool: np.ndarray | None = None
 
     # -- which ops ------------------------------------------------------------------------------
     def _ops(self, outcome: LocalOutcome) -> tuple[list[Any], list[Any]]:
@@ -296,8 +301,24 @@ class LocalChecker:
         if not (typical > 0 and math.isfinite(typical)):
             typical = float(flat.max()) if flat.size and np.isfinite(flat.max()) and flat.max() > 0 else 1.0
         a += x.dtype.type(typical)
-        a *= self.rng.standard_normal(x.shape, dtype=np.float32).astype(x.dtype, copy=False)
+        a *= self._normals(a.size).reshape(x.shape).astype(x.dtype, copy=False)
         return a
+
+    def _normals(self, n: int) -> np.ndarray:
+        """`n` standard normals: a window, at a random offset, of a pool drawn once per checker (drawing them afresh
+        for every op was most of a ResNet50's direction cost; the directions of different ops need not be
+        independent, each op is checked on its own); drawn afresh beyond the pool's largest size."""
+        if n > _POOL:
+            return self.rng.standard_normal(n, dtype=np.float32)
+        if self._pool is None or self._pool.size < n:
+            self._pool = self.rng.standard_normal(min(_POOL, max(4 * n, 1 << 16)))
+        start = int(self.rng.integers(0, self._pool.size - n + 1))
+        return self._pool[start:start + n]
+
+    def _signs(self, n: int) -> np.ndarray:
+        """`n` random signs (float64), for a check graph's fixed cotangent: a window of the same pool at an offset
+        of its own (independent of a direction's entry by entry)."""
+        return np.where(self._normals(n) >= 0, 1.0, -1.0)
 
     def _item(self, op, values: dict[str, np.ndarray], kind, dtype: str, moved: list[int],
               exact: bool = False) -> _Item | None:
@@ -325,14 +346,19 @@ class LocalChecker:
                 feed = {}
                 for j in which:
                     it = items[j]
-                    for p, x, d in zip(feeds[j], it.x, it.d):
-                        feed[p] = np.asarray(x + t * d, dtype=p.dtype.as_numpy_dtype)
+                    fed = [np.asarray(x + t * d, dtype=p.dtype.as_numpy_dtype) for p, x, d in zip(feeds[j], it.x, it.d)]
+                    feed.update(zip(feeds[j], fed))
+                    feed.update(it.held)
+                    if not it.exact:  # what the gradient's prediction is taken at (_add_point)
+                        it.fed = fed
                 outcome.runs += 1
                 return [float(v) for v in session.run([phis[j] for j in which], feed)]
 
             def start(which: list[int]) -> None:
                 """Each item's gradient and phi(0) at its point, one run, and its line from there."""
                 at0 = {p: x.astype(p.dtype.as_numpy_dtype) for j in which for p, x in zip(feeds[j], items[j].x)}
+                for j in which:
+                    at0.update(items[j].held)
                 got = session.run([(phis[j], grads[j]) for j in which], at0)
                 outcome.runs += 1
                 for j, (phi0, g) in zip(which, got):
@@ -367,7 +393,7 @@ class LocalChecker:
                 continue
             if not item.outputs:
                 continue
-            built = _copy_op(op, k, values, item, dtype)
+            built = _copy_op(op, k, values, item, dtype, self._signs)
             if built is None:
                 outcome.unchecked.append((self.forensics._ref(op), "it cannot be copied on its own"))  # noqa: SLF001
                 continue
@@ -502,7 +528,7 @@ class LocalChecker:
 
         f = self.forensics
         with f._graph.as_default():  # noqa: SLF001
-            phi = _projection(list(f._outputs.values()), 99)  # noqa: SLF001
+            phi = _projection(list(f._outputs.values()), 99)[0]  # noqa: SLF001
             dys = tf.gradients(phi, outs)
             dense = [_dense64(dy) for dy in dys if dy is not None]
         f._stale()  # noqa: SLF001
@@ -554,7 +580,7 @@ class LocalChecker:
             outcome.decisive.add(f._ref(op))  # noqa: SLF001
         with f._graph.as_default():  # noqa: SLF001
             if upstream is None:
-                phi_t = _projection(outs, 0)
+                phi_t = _projection(outs, 0)[0]
             else:  # the cotangent the model's backward really hands the custom gradient at this point
                 phi_t = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float64) * dy) for o, dy in zip(outs, upstream)])
             grads = [_dense64(g) if g is not None else None for g in tf.gradients(phi_t, ins)]
@@ -642,10 +668,15 @@ def _start_line(it: _Item, phi0: float) -> None:
 
 
 def _add_point(it: _Item, t: float, phi: float) -> None:
-    """phi(t) and the change the gradient predicts for the point really fed (rounded to the item's dtype; for a
-    value-free op's one exact step, t·<g, d>: its rounding is far below the check's tolerance)."""
+    """phi(t) and the change the gradient predicts for the point really fed (rounded to the item's dtype: the
+    arrays fed, when the run kept them; for a value-free op's one exact step, t·<g, d>: its rounding is far below
+    the check's tolerance)."""
     if it.exact:
         lin = t * it.line.autodiff
+    elif it.fed is not None:
+        lin = float(sum(np.vdot(g.reshape(-1), (p.astype(np.float64, copy=False) - x).reshape(-1))
+                        for g, x, p in zip(it.g, it.x, it.fed)))
+        it.fed = None
     else:
         np_dtype = np.float64 if it.dtype == "float64" else np.dtype(it.dtype) if it.dtype != "bfloat16" else np.float32
         lin = float(sum(np.sum(g * ((x + t * d).astype(np_dtype).astype(np.float64) - x))
@@ -654,7 +685,8 @@ def _add_point(it: _Item, t: float, phi: float) -> None:
     it.line.evaluations += 1
 
 
-def _copy_op(op, k: int, values: dict[str, np.ndarray], item: _Item, dtype: str):
+def _copy_op(op, k: int, values: dict[str, np.ndarray], item: _Item, dtype: str,
+             signs: Callable[[int], np.ndarray]):
     """The op copied alone into the default graph (placeholders for its float inputs in `dtype`, constants for the
     rest), with phi = sum(u·outputs) and its gradient: (placeholders, phi, gradients) or None."""
     import tensorflow as tf
@@ -682,7 +714,8 @@ def _copy_op(op, k: int, values: dict[str, np.ndarray], item: _Item, dtype: str)
                                attrs=dict(node.attr), compute_device=False)
     except Exception:  # noqa: BLE001 - an op whose attributes cannot stand alone is checked elsewhere
         return None
-    return placeholders, _projection([copy.outputs[i] for i in item.outputs], k)
+    phi, item.held = _projection([copy.outputs[i] for i in item.outputs], k, signs)
+    return placeholders, phi
 
 
 def _gradients(items: list[_Item], feeds: list[list[Any]], phis: list[Any]) -> list[list[Any]]:
@@ -711,16 +744,22 @@ def _dense64(g):
     return tf.cast(tf.convert_to_tensor(g), tf.float64)
 
 
-def _projection(outputs: list, k: int):
-    """phi = sum(u · outputs) in float64 for a fixed pseudo-random signed cotangent u (made in the graph, so
-    no output needs its shape known beforehand)."""
+def _projection(outputs: list, k: int, signs: Callable[[int], np.ndarray] | None = None) -> tuple[Any, dict]:
+    """(phi, the placeholders to feed with their values): phi = sum(u · outputs) in float64 for a fixed
+    pseudo-random signed cotangent u made in the graph (no output needs its shape known beforehand). With `signs`,
+    an output of known shape takes its u as a placeholder fed `signs` instead (drawing u in the graph at every run
+    cost a ResNet50's check runs more than their ops; feeding it costs a copy)."""
     import tensorflow as tf
 
-    terms = []
+    terms, held = [], {}
     for j, o in enumerate(outputs):
-        u = tf.sign(tf.random.stateless_uniform(tf.shape(o), seed=[k + 1, j], dtype=tf.float64) - 0.5)
+        if signs is not None and o.shape.is_fully_defined():
+            u = tf.compat.v1.placeholder(tf.float64, o.shape, name=f"local{k}_u{j}")
+            held[u] = signs(o.shape.num_elements()).reshape(o.shape.as_list())
+        else:
+            u = tf.sign(tf.random.stateless_uniform(tf.shape(o), seed=[k + 1, j], dtype=tf.float64) - 0.5)
         terms.append(tf.reduce_sum(tf.cast(o, tf.float64) * u))
-    return tf.add_n(terms)
+    return tf.add_n(terms), held
 
 
 def _out_dtype(t, dtype: str):
