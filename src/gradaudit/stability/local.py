@@ -92,6 +92,32 @@ class LocalOutcome:
 
 
 @dataclass
+class _CheckGraph:
+    """One chunk's ops copied alone into a graph, with its session: what each item is fed and fetched."""
+
+    session: Any
+    feeds: list[list[Any]]  # per item copied: the placeholders of the inputs it moves
+    phis: list[Any]
+    grads: list[list[Any]]
+    held: list[dict]  # per item: its fixed cotangent's placeholders and values
+    cut: list[list[bool]]  # per item, per input moved: its registered gradient gives none (held at its value)
+    dropped: list[int]  # positions of the items that could not be copied on their own
+
+
+class CheckGraphs:
+    """Check graphs kept for the next point that checks the same ops at the same shapes (the probe points: building
+    a graph and its gradients costs more than its runs); `close()` ends their sessions."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[tuple, _CheckGraph] = {}
+
+    def close(self) -> None:
+        for g in self.graphs.values():
+            g.session.close()
+        self.graphs.clear()
+
+
+@dataclass
 class _Item:
     """One op under check: its frozen-graph op, the inputs moved and their recorded values and directions,
     the outputs projected, and the line its differences are read on."""
@@ -179,12 +205,14 @@ class LocalChecker:
     """The local checks of one frozen graph (a stability.forensics.Forensics), at points fed to it."""
 
     def __init__(self, forensics, rng: np.random.Generator, progress: Callable[[str], None] | None = None,
-                 analysis=None, value_free: bool = True):
+                 analysis=None, value_free: bool = True, graphs: CheckGraphs | None = None):
         """`analysis`: the static pass's StaticAnalysis; with it, only ops on a gradient path from a source to an
         output are checked (a batch norm's moving statistics are not). `value_free`: also check the ops linear in
         their inputs (once per type, attributes and shapes); False at a probe point, where their gradient is the
-        formula already checked at the numeric checks' point."""
+        formula already checked at the numeric checks' point. `graphs`: check graphs kept across the points that
+        share it (else each chunk's graph is closed after its checks)."""
         self.forensics = forensics
+        self.graphs = graphs
         self.analysis, self.value_free = analysis, value_free
         self.rng = rng
         self.progress = progress or (lambda _m: None)
@@ -331,76 +359,108 @@ class LocalChecker:
         return _Item(op, moved, x, [self._direction(a) for a in x], _consumed(op, outputs), dtype, kind, exact=exact)
 
     def _check_plain(self, ops: list[Any], values: dict[str, np.ndarray], outcome: LocalOutcome) -> None:
-        import tensorflow as tf
-
-        graph = tf.Graph()
-        with graph.as_default():
-            items, feeds, phis = self._copies(ops, values, outcome)
-            if not items:
-                return
-            grads = _gradients(items, feeds, phis)
-        config = tf.compat.v1.ConfigProto()
-        config.graph_options.rewrite_options.disable_meta_optimizer = True
-        with tf.compat.v1.Session(graph=graph, config=config) as session:
-            def run(which: list[int], t: float) -> list[float]:
-                feed = {}
-                for j in which:
-                    it = items[j]
-                    fed = [np.asarray(x + t * d, dtype=p.dtype.as_numpy_dtype) for p, x, d in zip(feeds[j], it.x, it.d)]
-                    feed.update(zip(feeds[j], fed))
-                    feed.update(it.held)
-                    if not it.exact:  # what the gradient's prediction is taken at (_add_point)
-                        it.fed = fed
-                outcome.runs += 1
-                return [float(v) for v in session.run([phis[j] for j in which], feed)]
-
-            def start(which: list[int]) -> None:
-                """Each item's gradient and phi(0) at its point, one run, and its line from there."""
-                at0 = {p: x.astype(p.dtype.as_numpy_dtype) for j in which for p, x in zip(feeds[j], items[j].x)}
-                for j in which:
-                    at0.update(items[j].held)
-                got = session.run([(phis[j], grads[j]) for j in which], at0)
-                outcome.runs += 1
-                for j, (phi0, g) in zip(which, got):
-                    it = items[j]
-                    it.g = [np.zeros_like(x) if gi is None else np.asarray(gi) for gi, x in zip(g, it.x)]
-                    _start_line(it, float(phi0))
-
-            every = list(range(len(items)))
-            start(every)
-            self._sweep(items, every, run)
-            kinked = [j for j in every if items[j].verdict != "pass" and items[j].op.type in KINK_OPS]
-            if kinked:  # a tie or a zero exactly at the kink: TensorFlow's gradient there is one subgradient
-                for j in kinked:
-                    items[j].nearby = True
-                    items[j].x = [x + NEARBY * self._direction(x) for x in items[j].x]
-                start(kinked)
-                self._sweep(items, kinked, run)
+        items = self._plain_items(ops, values, outcome)
+        if not items:
+            return
+        built = self._graph_for(items, values)
+        for k in built.dropped:
+            outcome.unchecked.append((self.forensics._ref(items[k].op), "it cannot be copied on its own"))  # noqa: SLF001
+        items = [it for k, it in enumerate(items) if k not in set(built.dropped)]
+        for it, cut, held in zip(items, built.cut, built.held):
+            it.held = held
+            it.d = [np.zeros_like(d) if c else d for d, c in zip(it.d, cut)]
+        try:
+            if items:
+                self._run_checks(items, built, outcome)
+        finally:
+            if self.graphs is None:
+                built.session.close()
         outcome.checks.extend(self._judged(it) for it in items)
 
-    def _copies(self, ops: list[Any], values: dict[str, np.ndarray], outcome: LocalOutcome):
-        """(items, their placeholders, their phi) of the ops copied alone into the default graph; those that cannot
-        be go to `outcome.unchecked`."""
-        items: list[_Item] = []
-        feeds, phis = [], []
-        for k, op in enumerate(ops):
+    def _run_checks(self, items: list[_Item], built: _CheckGraph, outcome: LocalOutcome) -> None:
+        session, feeds, phis, grads = built.session, built.feeds, built.phis, built.grads
+
+        def run(which: list[int], t: float) -> list[float]:
+            feed = {}
+            for j in which:
+                it = items[j]
+                fed = [np.asarray(x + t * d, dtype=p.dtype.as_numpy_dtype) for p, x, d in zip(feeds[j], it.x, it.d)]
+                feed.update(zip(feeds[j], fed))
+                feed.update(it.held)
+                if not it.exact:  # what the gradient's prediction is taken at (_add_point)
+                    it.fed = fed
+            outcome.runs += 1
+            return [float(v) for v in session.run([phis[j] for j in which], feed)]
+
+        def start(which: list[int]) -> None:
+            """Each item's gradient and phi(0) at its point, one run, and its line from there."""
+            at0 = {p: x.astype(p.dtype.as_numpy_dtype) for j in which for p, x in zip(feeds[j], items[j].x)}
+            for j in which:
+                at0.update(items[j].held)
+            got = session.run([(phis[j], grads[j]) for j in which], at0)
+            outcome.runs += 1
+            for j, (phi0, g) in zip(which, got):
+                it = items[j]
+                it.g = [np.zeros_like(x) if gi is None else np.asarray(gi) for gi, x in zip(g, it.x)]
+                _start_line(it, float(phi0))
+
+        every = list(range(len(items)))
+        start(every)
+        self._sweep(items, every, run)
+        kinked = [j for j in every if items[j].verdict != "pass" and items[j].op.type in KINK_OPS]
+        if kinked:  # a tie or a zero exactly at the kink: TensorFlow's gradient there is one subgradient
+            for j in kinked:
+                items[j].nearby = True
+                items[j].x = [x + NEARBY * self._direction(x) for x in items[j].x]
+            start(kinked)
+            self._sweep(items, kinked, run)
+
+    def _plain_items(self, ops: list[Any], values: dict[str, np.ndarray], outcome: LocalOutcome) -> list[_Item]:
+        """The ops to check at their recorded values; those that cannot be go to `outcome.unchecked`."""
+        items = []
+        for op in ops:
             exact = _value_free(op)
             dtype = "float64" if not exact and self._upcast(op) else op.outputs[0].dtype.name
             moved = [i for i, t in enumerate(op.inputs) if _is_float(t)]
             item = self._item(op, values, "op", dtype, moved, exact)
             if item is None:
                 outcome.unchecked.append((self.forensics._ref(op), "its inputs are not finite at the recorded values"))  # noqa: SLF001
-                continue
-            if not item.outputs:
-                continue
-            built = _copy_op(op, k, values, item, dtype, self._signs)
-            if built is None:
-                outcome.unchecked.append((self.forensics._ref(op), "it cannot be copied on its own"))  # noqa: SLF001
-                continue
-            items.append(item)
-            feeds.append(built[0])
-            phis.append(built[1])
-        return items, feeds, phis
+            elif item.outputs:
+                items.append(item)
+        return items
+
+    def _graph_for(self, items: list[_Item], values: dict[str, np.ndarray]) -> _CheckGraph:
+        """The check graph of `items`: the kept one when an earlier point built it for the same ops, dtypes, shapes
+        and constant inputs, else a new one."""
+        key = tuple((it.op.name, it.dtype, tuple(it.outputs), tuple(x.shape for x in it.x),
+                     tuple(_digest(values[t.name]) for i, t in enumerate(it.op.inputs) if i not in it.moved))
+                    for it in items)
+        if self.graphs is not None and key in self.graphs.graphs:
+            return self.graphs.graphs[key]
+        built = self._build(items, values)
+        if self.graphs is not None:
+            self.graphs.graphs[key] = built
+        return built
+
+    def _build(self, items: list[_Item], values: dict[str, np.ndarray]) -> _CheckGraph:
+        import tensorflow as tf
+
+        graph = tf.Graph()
+        feeds, phis, held, dropped = [], [], [], []
+        with graph.as_default():
+            for k, it in enumerate(items):
+                copied = _copy_op(it.op, k, values, it, it.dtype, self._signs)
+                if copied is None:
+                    dropped.append(k)
+                    continue
+                feeds.append(copied[0])
+                phis.append(copied[1])
+                held.append(it.held)
+            kept = [it for k, it in enumerate(items) if k not in set(dropped)]
+            grads, cut = _gradients(kept, feeds, phis) if kept else ([], [])
+        config = tf.compat.v1.ConfigProto()
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        return _CheckGraph(tf.compat.v1.Session(graph=graph, config=config), feeds, phis, grads, held, cut, dropped)
 
     def _upcast(self, op) -> bool:
         key = _shape_key(op)[:2]
@@ -718,23 +778,30 @@ def _copy_op(op, k: int, values: dict[str, np.ndarray], item: _Item, dtype: str,
     return placeholders, phi
 
 
-def _gradients(items: list[_Item], feeds: list[list[Any]], phis: list[Any]) -> list[list[Any]]:
-    """Each copy's registered gradient of its phi, from one tf.gradients call over the chunk (the copies are
-    apart, so the sum's gradient at a copy's inputs is its own). An input the registered gradient leaves out (a
-    batch norm's statistics in inference) is held at its value: the static pass says what that cuts."""
+def _gradients(items: list[_Item], feeds: list[list[Any]], phis: list[Any]) -> tuple[list[list[Any]], list[list[bool]]]:
+    """(each copy's registered gradient of its phi, from one tf.gradients call over the chunk (the copies are
+    apart, so the sum's gradient at a copy's inputs is its own); per copy and input, whether it gives none). An
+    input the registered gradient leaves out (a batch norm's statistics in inference) is held at its value: the
+    static pass says what that cuts."""
     import tensorflow as tf
 
     flat = [p for ps in feeds for p in ps]
     got = iter(tf.gradients(tf.add_n(phis), flat))
-    grads = []
+    grads, cut = [], []
     for it, ps in zip(items, feeds):
         mine = [next(got) for _ in ps]
-        for j, g in enumerate(mine):
-            if g is None:
-                it.d[j] = np.zeros_like(it.d[j])
+        cut.append([g is None for g in mine])
         cast = tf.convert_to_tensor if it.exact else _dense64
         grads.append([cast(g) if g is not None else tf.zeros_like(p) for g, p in zip(mine, ps)])
-    return grads
+    return grads, cut
+
+
+def _digest(value: np.ndarray) -> str:
+    """A constant input's identity for the check-graph cache (an axis, a shape, a gathered index)."""
+    import hashlib
+
+    a = np.ascontiguousarray(value)
+    return f"{a.dtype}{a.shape}" + hashlib.blake2b(a.tobytes(), digest_size=16).hexdigest()
 
 
 def _dense64(g):

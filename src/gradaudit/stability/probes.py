@@ -187,6 +187,7 @@ class Prober:
         self.forensics = shared_forensics(loads, analysis)
         self.analysis, self.local = analysis, config.local
         self.local_checks: list[LocalCheck] = []
+        self._check_graphs: Any = None  # local.CheckGraphs: the probe points check the same ops at the same shapes
         self.suspects = suspects or (lambda _sources, _output: ())
         self._runners: dict[tuple[str | None, bool, bool], object] = {}
         self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
@@ -299,6 +300,8 @@ class Prober:
         return self._culprits[key]
 
     def close(self) -> None:
+        if self._check_graphs is not None:
+            self._check_graphs.close()
         self.forensics.close()  # the loaded model and its float64 copy are closed by `loads`' owner
 
     # -- one probe point ---------------------------------------------------------------------------
@@ -484,7 +487,10 @@ class Prober:
 
         point = self.point(tuple(inputs), scale, sign)
         rng = np.random.default_rng([self.seed, 9, int(scale * 1e3), sign + 1])
-        outcome = local.LocalChecker(self.forensics, rng, analysis=self.analysis, value_free=False).run(point)
+        if self._check_graphs is None:
+            self._check_graphs = local.CheckGraphs()
+        outcome = local.LocalChecker(self.forensics, rng, analysis=self.analysis, value_free=False,
+                                     graphs=self._check_graphs).run(point)
         self.local_checks.extend(replace(c, scale=sign * scale) for c in outcome.checks)
         where = f"inputs × {sign * scale:g} (stability probes, local checks)"
         found = [replace(f, message=f"At the probe point {where}: {f.message}")
