@@ -381,7 +381,7 @@ class LocalChecker:
         session, feeds, phis, grads = built.session, built.feeds, built.phis, built.grads
 
         def run(which: list[int], t: float) -> list[float]:
-            feed = {}
+            feed: dict[Any, np.ndarray] = {}
             for j in which:
                 it = items[j]
                 fed = [np.asarray(x + t * d, dtype=p.dtype.as_numpy_dtype) for p, x, d in zip(feeds[j], it.x, it.d)]
