@@ -526,6 +526,14 @@ class LocalChecker:
             return LocalCheck(ref, it.kind, "pass", it.dtype, rel, bound, evals, None if not it.nearby else
                               f"the recorded values sit on a kink of {it.op.type} (a tie or a zero: TensorFlow's "
                               f"gradient there is one subgradient); at a point {NEARBY:g} away, relative, it agrees")
+        if it.verdict == "fail" and it.kind == "op" and it.dtype != "float64":
+            # TensorFlow's own op, in float32 because its kernel has no float64 version: its forward may cancel there
+            # (a batch norm's variance of large inputs), and differences of a rounded forward are not evidence
+            # against an exact gradient formula; the whole-model checks (float64 where they can) decide
+            return LocalCheck(ref, it.kind, "undecided", it.dtype, rel, bound, evals,
+                              f"differences converge to {est.numeric:.6g} while the gradient gives {est.autodiff:.6g}, "
+                              f"in {it.dtype} (no {it.op.type} kernel takes float64 here): its forward's own rounding "
+                              "can make that, so it is not evidence against TensorFlow's gradient")
         if it.verdict == "fail":
             return LocalCheck(ref, it.kind, "fail", it.dtype, rel, bound, evals,
                               f"differences converge to {est.numeric:.6g} while the gradient gives {est.autodiff:.6g}")
