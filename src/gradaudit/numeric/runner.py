@@ -7,6 +7,7 @@ costs one trace of each, whatever the number of steps and checks.
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +33,9 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):  # TensorFlow's Python walks nested function calls recursively
         return ("TensorFlow cannot load or differentiate a model whose function calls nest this deep "
                 "(RecursionError in TensorFlow's own code): the model's limit here, not gradaudit's")
-    text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    text = getattr(exc, "message", None) or str(exc)
+    if not text:  # an `assert` in TensorFlow's own code: say which, and the op it was differentiating
+        return _unworded(exc)
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     for ln in lines:  # keep TensorFlow's useful sentence, not its advice
         if "Could not find callback" in ln or "No gradient defined" in ln:
@@ -42,6 +45,31 @@ def describe(exc: BaseException) -> str:
     said = [ln for ln in lines if not ln.startswith(_BOILERPLATE)]
     head = f"{type(exc).__name__}: {said[0] if said else lines[0] if lines else ''}".rstrip(": ")
     return (f"{head[:260]} (op {node})" if node else head)[:300]
+
+
+def _unworded(exc: BaseException) -> str:
+    """An exception without a message (a failed `assert` in TensorFlow's own code): its type, TensorFlow's line
+    that raised it, and the op whose gradient TensorFlow was building there (the loaded model's functions are
+    renamed by the loader, so their names would not be the saved ones the other findings name)."""
+    import traceback
+
+    in_tf = f"{os.sep}tensorflow{os.sep}"
+    said = f"{type(exc).__name__} (without a message)"
+    stack = traceback.extract_tb(exc.__traceback__)
+    if stack:
+        last = stack[-1]
+        owner = "TensorFlow's " if in_tf in last.filename else ""
+        said += f" from {owner}{os.path.basename(last.filename)}:{last.lineno} {last.name}: {last.line}"
+    ops: list[Any] = []  # the ops TensorFlow's gradients_util was differentiating, outermost first
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_name != "_GradientsHelper" or in_tf not in frame.f_code.co_filename:
+            continue
+        op = frame.f_locals.get("op")
+        if op is not None and hasattr(op, "type") and (not ops or ops[-1] is not op):
+            ops.append(op)
+    if ops:
+        said += f", building the gradient of op '{ops[-1].name}' ({ops[-1].type})"
+    return said[:300]
 
 
 _BOILERPLATE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "File ", "Stack trace")

@@ -9,6 +9,24 @@ from ..model import Finding, OpRef, Severity
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead")
 
+# The facts a cut reason's template may name: the op's type, the integer dtypes it converts a float to, its
+# custom gradient, the function that gradient is saved as, the compiled module that function runs, and what
+# the gradient TensorFlow registered for the op raised.
+REASON_FIELDS = ("t", "dtype", "cg", "fn", "module", "err")
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why an op cuts gradient paths, in the words a finding of the rule that owns it opens with: a template
+    over the cut's facts (REASON_FIELDS)."""
+
+    template: str
+
+    def text(self, op_type: str, *, dtype: str = "", custom_gradient: object = None, function: str = "",
+             module: object = None, error: object = None) -> str:
+        return self.template.format(t=op_type, dtype=dtype, cg=custom_gradient, fn=function, module=module,
+                                    err=error)
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -26,6 +44,14 @@ class Rule:
     # the severity of a cut found only on a path of a pair that other paths still connect (None: as always)
     partial_severity: Severity | None = None
     probes: bool = False  # the stability probes or second-order checks find it (on a probed copy too)
+    # why an op cuts a gradient path, as this rule's findings say it: the first is the rule's own, the others
+    # the special cases its documentation describes (named beside the rule in its family module)
+    reasons: tuple[Reason, ...] = ()
+
+    @property
+    def reason(self) -> Reason:
+        """The rule's own cut reason (a rule without one is no cut rule: IndexError)."""
+        return self.reasons[0]
 
     def finding(
         self,

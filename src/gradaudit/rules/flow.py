@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ..model import Severity
-from .base import Rule, define
+from .base import Reason, Rule, define
 
 NoGradient = define(
     "GA101", "no-gradient", Severity.ERROR,
+    reasons=(Reason("{t} has no registered gradient: differentiating through it raises LookupError"),),
     fix="Register a gradient for this op type (tf.RegisterGradient), wrap the computation in "
         "tf.custom_gradient, or replace the op with differentiable TensorFlow ops.",
     explains_mismatch=True,
@@ -36,8 +37,14 @@ NoGradient = define(
 )
 
 
+# a smooth op whose registered gradient gives an input none (measured on its kernel): not piecewise constant
+NOT_IMPLEMENTED = Reason(
+    "{t} is smooth in the input this path enters by (its value moves with it), but the gradient TensorFlow "
+    "registered for it gives that input none: TensorFlow does not implement this derivative")
+
 NotDifferentiable = define(
     "GA102", "not-differentiable", Severity.ERROR,
+    reasons=(Reason("{t} is registered with tf.NotDifferentiable: no gradient flows through it"), NOT_IMPLEMENTED),
     fix="Use a differentiable formulation, or if the cut is intended, make it explicit with "
         "tf.stop_gradient and ignore this op in the configuration.",
     explains_mismatch=True, partial_severity=Severity.WARNING,
@@ -67,8 +74,19 @@ NotDifferentiable = define(
 )
 
 
+# a cut whose op's kernel could not be run to tell whether its value is piecewise constant there
+ZERO_GRADIENT_UNMEASURED = Reason(
+    "{t}'s registered gradient gives the input this path enters by None or zero (whether its value is piecewise "
+    "constant there could not be measured)")
+# a gradient kernel (ReluGrad, LeakyReluGrad, ...) piecewise constant in its forward input: a gradient penalty
+ACTIVATION_BACKWARD = Reason(
+    "{t} is the backward of a piecewise-linear activation: it is piecewise constant in the activation's input, "
+    "so the true derivative through it is zero almost everywhere and TensorFlow's zero gradient there is exact")
+
 ZeroGradient = define(
     "GA103", "zero-gradient", Severity.ERROR,
+    reasons=(Reason("{t} is piecewise constant: its registered gradient is None or zero"),
+             ZERO_GRADIENT_UNMEASURED, ACTIVATION_BACKWARD),
     fix="Use a smooth surrogate (softmax instead of argmax, a straight-through estimator "
         "x + tf.stop_gradient(tf.round(x) - x) instead of round).",
     explains_mismatch=True, partial_severity=Severity.WARNING,
@@ -105,6 +123,7 @@ ZeroGradient = define(
 
 IntegerPath = define(
     "GA104", "integer-path", Severity.ERROR,
+    reasons=(Reason("{t} converts a float value to {dtype}: gradients stop at integer and bool tensors"),),
     fix="Keep the value in floating point (use tf.round / a straight-through estimator "
         "instead of a cast to int), or compute this output from float tensors.",
     explains_mismatch=True, partial_severity=Severity.WARNING,
@@ -134,6 +153,7 @@ IntegerPath = define(
 
 PyFunction = define(
     "GA105", "py-function", Severity.ERROR,
+    reasons=(Reason("{t} runs a Python function that is not saved with the model"),),
     fix="Rewrite the Python body with TensorFlow ops; a PyFunc body is not saved, so the "
         "loaded model can neither run nor differentiate it.",
     explains_mismatch=True,
@@ -162,6 +182,7 @@ PyFunction = define(
 
 StopGradient = define(
     "GA106", "stop-gradient", Severity.INFO,
+    reasons=(Reason("{t} (tf.stop_gradient) stops the gradient"),),
     fix="Nothing to do if the cut is intended; otherwise remove tf.stop_gradient.",
     explains_mismatch=True,
     doc="""`tf.stop_gradient` (StopGradient / PreventGradient) cuts a path from a source to an output.
@@ -184,8 +205,20 @@ StopGradient = define(
 )
 
 
+# a saved custom gradient that gives an input the output depends on None, zeros or a value that ignores dy
+CUSTOM_GRADIENT_DEAD = Reason(
+    "the custom gradient {cg} of {t} (saved as {fn}) returns, for an input this output depends on, None, zeros "
+    "or a value that ignores the incoming gradient dy: that gradient is always zero or wrong")
+# the same, where the saved gradient's function runs a compiled module (JAX's exporter)
+COMPILED_GRADIENT_DEAD = Reason(
+    "the saved gradient of the compiled module (XlaCallModule '{module}' in {fn}, the custom gradient {cg} of {t}) "
+    "gives an input this output depends on exactly zero: a stop_gradient in the exported program "
+    "(lax.stop_gradient) or a custom VJP that returns zeros")
+
 CustomGradient = define(
     "GA107", "custom-gradient", Severity.INFO,
+    reasons=(Reason("the custom gradient {cg} of {t} was not saved with the model: differentiating the loaded "
+                    "model raises LookupError"), CUSTOM_GRADIENT_DEAD, COMPILED_GRADIENT_DEAD),
     fix="Save the model with tf.saved_model.SaveOptions(experimental_custom_gradients=True) "
         "so the custom gradient travels with it; check it numerically.",
     doc="""A `tf.custom_gradient` replaces an op's gradient.
@@ -242,6 +275,7 @@ DisconnectedSource = define(
 
 UnknownOp = define(
     "GA109", "unknown-op", Severity.ERROR,
+    reasons=(Reason("op type {t} is not registered in this TensorFlow"),),
     fix="Load the package or library that defines the op before auditing: --load-ops PACKAGE (a Python "
         "package such as tensorflow_text) or --load-ops path/to/ops.so (tf.load_op_library).",
     explains_mismatch=True,
@@ -275,6 +309,7 @@ UnknownOp = define(
 
 GradientRaises = define(
     "GA110", "gradient-raises", Severity.ERROR,
+    reasons=(Reason("the gradient function TensorFlow registered for {t} raises when called ({err})"),),
     fix="Replace the op on the differentiated path, or give it a gradient that works for these attributes "
         "(tf.custom_gradient); tf.raw_ops.PreventGradient is meant to make differentiation fail.",
     explains_mismatch=True,

@@ -5,8 +5,14 @@ from __future__ import annotations
 from ..flow import PYFUNC_OPS, breaks_the_function
 from ..graph.dtypes import carries_gradient, dtype_name
 from ..model import Finding, Severity
+from ..rules.base import Reason
 from ..rules.flow import (
+    ACTIVATION_BACKWARD,
+    COMPILED_GRADIENT_DEAD,
+    CUSTOM_GRADIENT_DEAD,
+    NOT_IMPLEMENTED,
     RULES,
+    ZERO_GRADIENT_UNMEASURED,
     CustomGradient,
     DisconnectedSource,
     PyFunction,
@@ -55,34 +61,6 @@ def op_package(op_type: str) -> str | None:
 
 
 # -- detection ------------------------------------------------------------------------------
-
-_REASONS = {
-    "no-gradient": "{t} has no registered gradient: differentiating through it raises LookupError",
-    "not-differentiable": "{t} is registered with tf.NotDifferentiable: no gradient flows through it",
-    "zero-gradient": "{t} is piecewise constant: its registered gradient is None or zero",
-    "zero-gradient-unmeasured": "{t}'s registered gradient gives the input this path enters by None or zero "
-                                "(whether its value is piecewise constant there could not be measured)",
-    "not-implemented": "{t} is smooth in the input this path enters by (its value moves with it), but the gradient "
-                       "TensorFlow registered for it gives that input none: TensorFlow does not implement this "
-                       "derivative",
-    "activation-backward": "{t} is the backward of a piecewise-linear activation: it is piecewise constant in "
-                           "the activation's input, so the true derivative through it is zero almost everywhere "
-                           "and TensorFlow's zero gradient there is exact",
-    "integer-path": "{t} converts a float value to {dtype}: gradients stop at integer and bool tensors",
-    "py-function": "{t} runs a Python function that is not saved with the model",
-    "stop-gradient": "{t} (tf.stop_gradient) stops the gradient",
-    "custom-gradient": "the custom gradient {cg} of {t} was not saved with the model: differentiating "
-                       "the loaded model raises LookupError",
-    "compiled-gradient-dead": "the saved gradient of the compiled module (XlaCallModule '{module}' in {fn}, the "
-                              "custom gradient {cg} of {t}) gives an input this output depends on exactly zero: "
-                              "a stop_gradient in the exported program (lax.stop_gradient) or a custom VJP that "
-                              "returns zeros",
-    "custom-gradient-dead": "the custom gradient {cg} of {t} (saved as {fn}) returns, for an input this "
-                            "output depends on, None, zeros or a value that ignores the incoming gradient "
-                            "dy: that gradient is always zero or wrong",
-    "unknown-op": "op type {t} is not registered in this TensorFlow",
-    "gradient-raises": "the gradient function TensorFlow registered for {t} raises when called ({err})",
-}
 
 
 def _pairs(analysis, pairs: set[tuple[int, int]]) -> str:
@@ -187,16 +165,17 @@ def _compiled_module(analysis, cut) -> str | None:
     return next((n.name for n in fdef.node_def if n.op == "XlaCallModule"), None) if fdef is not None else None
 
 
-def _reason_key(cut, dead: bool) -> str:
+def _reason(cut, dead: bool, module: str | None) -> Reason:
+    """The rule's reason for the cut, or the special case its documentation describes."""
     if dead:
-        return "custom-gradient-dead"
+        return COMPILED_GRADIENT_DEAD if module else CUSTOM_GRADIENT_DEAD
     if cut.piecewise is False:
-        return "not-implemented"
+        return NOT_IMPLEMENTED
     if _activation_backward(cut):
-        return "activation-backward"
+        return ACTIVATION_BACKWARD
     if cut.rule == "zero-gradient" and cut.piecewise is None:
-        return "zero-gradient-unmeasured"
-    return cut.rule
+        return ZERO_GRADIENT_UNMEASURED
+    return _RULE_BY_SLUG[cut.rule].reason
 
 
 def _cut_message(analysis, ref, cut, dead: bool) -> str:
@@ -205,9 +184,9 @@ def _cut_message(analysis, ref, cut, dead: bool) -> str:
     g = analysis.graph
     out_dtypes = {dtype_name(g.dtype[o]) for o in cut.node.outputs if not carries_gradient(g.dtype[o])}
     module = _compiled_module(analysis, cut) if dead else None
-    reason = _REASONS["compiled-gradient-dead" if module else _reason_key(cut, dead)].format(
-        t=ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", cg=cut.node.custom_gradient,
-        fn=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), err=cut.node.grad_error,
+    reason = _reason(cut, dead, module).text(
+        ref.op_type, dtype="/".join(sorted(out_dtypes)) or "an integer", custom_gradient=cut.node.custom_gradient,
+        function=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), error=cut.node.grad_error,
         module=module)
     parts = []
     if cut.blocked_pairs:
@@ -236,7 +215,7 @@ def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
         if ref.op_type in PYFUNC_OPS and ("py-function", ref) not in reported:
             src, out = analysis.op_masks(node)
             findings.append(PyFunction.finding(
-                f"{ref.label}: {_REASONS['py-function'].format(t=ref.op_type)}; the loaded model can "
+                f"{ref.label}: {PyFunction.reason.text(ref.op_type)}; the loaded model can "
                 "neither run nor differentiate it", op=ref,
                 sources=analysis.source_names(src), outputs=analysis.output_names(out)))
             reported.add(("py-function", ref))
@@ -327,7 +306,7 @@ def _unknown_op_findings(analysis, reported: set) -> list:
         load = f"--load-ops {package.split(' ')[0]}" if package else "--load-ops PACKAGE_OR_LIBRARY.so"
         origin = f" (it comes from {package})" if package else ""
         findings.append(UnknownOp.finding(
-            f"{ref.label}: {_REASONS['unknown-op'].format(t=ref.op_type)}{origin}; it lies on the float path "
+            f"{ref.label}: {UnknownOp.reason.text(ref.op_type)}{origin}; it lies on the float path "
             f"from {_names(srcs)} to {_names(outs)}, so whether a gradient flows there cannot be known "
             f"(status unknown); {load} makes it known", op=ref, sources=srcs, outputs=outs,
             fix=f"Audit with {load} in an environment where that package works with this TensorFlow (a package "
