@@ -29,6 +29,10 @@ class SecondOrderOutcome:
 def tf_reason(exc: BaseException) -> str:
     """TensorFlow's own sentence from an exception raised while tracing: the last `XxxError: ...` line
     (a traced function's message starts with "in user code:" and a Python stack)."""
+    if not str(exc).strip():  # an `assert` in TensorFlow's own code: said as what it is and where
+        from ..numeric.runner import describe
+
+        return describe(exc)
     lines = [ln.strip() for ln in str(exc).splitlines()]
     starts = [i for i, ln in enumerate(lines) if re.match(r"^[A-Za-z_.]*(Error|Exception): ", ln)]
     if not starts:
