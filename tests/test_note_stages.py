@@ -1,5 +1,5 @@
-"""Each note says which stage wrote it (JSON `note_stages`, in the order of `notes`): a reader filters by the
-field, not by the note's first words."""
+"""Each note says which stage wrote it (a Note's `stage`; JSON `note_stages`, in the order of `notes`): a reader
+filters by the field, not by the note's first words."""
 
 from __future__ import annotations
 
@@ -20,18 +20,19 @@ def test_notes_name_their_stage_and_round_trip():
     """A jax2tf model: its float64 copy cannot run (XlaCallModule is compiled for float32), which the numeric
     checks and the probes each note under their own stage, with TensorFlow's reason."""
     r = audit_saved_model(JAX, AuditOptions(timeout=None))
-    assert len(r.note_stages) == len(r.notes)
+    assert {n.stage for n in r.notes} <= {"static", "numeric", "stability"}
     (numeric,) = r.notes_of("numeric")
     assert numeric.startswith("Float64 evaluation is not possible")
     stability = r.notes_of("stability")
     # the probes' float64 note, and why they run at the checks' batch (the model's loss has no batch dimension)
     assert stability and all("float64 copy" in n or n.startswith("Stability probes at a batch of 2") for n in stability)
     assert any("float64 copy" in n for n in stability)
-    assert not any("_Float64Failed" in n for n in r.notes)  # TensorFlow's error, not gradaudit's wrapper
+    assert not any("_Float64Failed" in n.text for n in r.notes)  # TensorFlow's error, not gradaudit's wrapper
     doc = json_report.to_dict(r)
     jsonschema.validate(doc, json_report.schema())
+    assert doc["notes"] == [n.text for n in r.notes] and doc["note_stages"] == [n.stage for n in r.notes]
     again = report_from_dict(json.loads(json.dumps(doc)))
-    assert again.notes == r.notes and again.note_stages == r.note_stages
+    assert again.notes == r.notes
 
 
 def test_reconcile_fills_every_field_of_the_report_but_the_policy():
@@ -41,10 +42,12 @@ def test_reconcile_fills_every_field_of_the_report_but_the_policy():
 
     from gradaudit.model import (
         BlockedPath,
+        CheckedOutputs,
         Finding,
         FlowEntry,
         Isolation,
         LocalCheck,
+        Note,
         NumericResult,
         OpRef,
         Output,
@@ -56,7 +59,7 @@ def test_reconcile_fills_every_field_of_the_report_but_the_policy():
         Target,
     )
     from gradaudit.reconcile import reconcile
-    from gradaudit.results import Gate, Note, NumericPart, PrecisionPart, ProbePart, RuntimeResult, StaticResult
+    from gradaudit.results import Gate, NumericPart, PrecisionPart, ProbePart, RuntimeResult, StaticResult
 
     static = StaticResult(
         target=Target("/m", "saved_model", "serving_default", ("serve",)),
@@ -65,8 +68,8 @@ def test_reconcile_fills_every_field_of_the_report_but_the_policy():
         findings=(Finding("GA306", "squared-denominator", Severity.WARNING, "a division", "fix it"),),
         paths=(BlockedPath("x", "y", (PathStep("Floor", "f", "<graph>"),), 0),), notes=(Note("static", "s"),))
     runtime = RuntimeResult(
-        numeric=NumericPart((NumericResult("x", "y", "inconclusive", None, None, "float64", 3),), (), ("n",),
-                            (LocalCheck(OpRef("Relu", "r", "f"), "op", "pass", "float64", 1e-9, 1e-8, 5),)),
+        numeric=NumericPart((NumericResult("x", CheckedOutputs(("y",)), "inconclusive", None, None, "float64", 3),),
+                            (), ("n",), (LocalCheck(OpRef("Relu", "r", "f"), "op", "pass", "float64", 1e-9, 1e-8, 5),)),
         probes=ProbePart(results=(StabilityResult("x", "y", 1.0, "ok"),), notes=("p",), incomplete=("stopped",)),
         precision=PrecisionPart((PrecisionResult("gradient", "x", "float16", None, 2, 0.0, 0.0, 0.0),),),
         isolation=Isolation("landlock-abi7", None, None, None), stopped="did not finish within --timeout 9 s")
@@ -74,6 +77,19 @@ def test_reconcile_fills_every_field_of_the_report_but_the_policy():
     defaults = type(report)(target=Target("", "saved_model", None))
     unset = {f.name for f in fields(report) if getattr(report, f.name) == getattr(defaults, f.name)}
     assert unset == {"fail_on"}, unset
-    assert report.note_stages == ["static", "numeric", "stability"] and report.notes == ["s", "n", "p"]
+    assert report.notes == [Note("static", "s"), Note("numeric", "n"), Note("stability", "p")]
     # the inconclusive check decided nothing: the audit says so
     assert any("no numeric check could decide the gradient of x" in line for line in report.incomplete)
+
+
+def test_a_report_without_note_stages_reads_back_with_unknown_stages():
+    """A JSON report written before `note_stages` (or by hand) keeps its notes, each of a stage not said, and
+    writes them back as it read them."""
+    r = audit_saved_model(os.path.join(HERE, "..", "sample_models", "mlp"), AuditOptions(static_only=True))
+    doc = json_report.to_dict(r)
+    doc["notes"], doc["note_stages"] = ["first", "second"], ["static"]
+    again = report_from_dict(doc)
+    assert [(n.stage, n.text) for n in again.notes] == [("static", "first"), ("", "second")]
+    assert again.note_texts == ["first", "second"] and again.notes_of("static") == ["first"]
+    back = json_report.to_dict(again)
+    assert back["notes"] == ["first", "second"] and back["note_stages"] == ["static", ""]

@@ -8,21 +8,38 @@ import json
 
 import pytest
 
-from gradaudit.model import Finding, Isolation, NumericResult, Report, Severity, StabilityResult, Target
+from gradaudit.model import (
+    EVERY_OUTPUT,
+    CheckedOutputs,
+    Finding,
+    Isolation,
+    Note,
+    NumericResult,
+    Report,
+    Severity,
+    StabilityResult,
+    Target,
+)
 from gradaudit.wire import WireError, decode, encode
 
 
 def test_a_report_round_trips_through_json(static_report):
     report = static_report("classifier_argmax")
     assert report.findings and report.flow and report.paths  # every nested kind is in it
-    report = Report(**{**report.__dict__, "numeric": [NumericResult("x", "y", "fail", float("nan"), 1e-3,
-                                                                     "float64", 4, order=2)],
+    report = Report(**{**report.__dict__, "numeric": [NumericResult("x", CheckedOutputs(("y",)), "fail", float("nan"),
+                                                                     1e-3, "float64", 4, order=2),
+                                                       NumericResult("*", EVERY_OUTPUT, "skipped", None, None, None, 0),
+                                                       NumericResult("w", CheckedOutputs(("y", "z")), "pass", 0.0,
+                                                                     1e-3, "float64", 3)],
                        "stability": [StabilityResult("x", "y", -600.0, "ok", reported=None)],
+                       "notes": [Note("static", "a static note"), Note("numeric", "a numeric one")],
                        "isolation": Isolation("landlock-abi7", None, 1 << 30, 600.0, ("a",), None)})
     back = decode(Report, json.loads(json.dumps(encode(report))))
     assert back.findings == report.findings and back.flow == report.flow and back.paths == report.paths
-    assert back.stability == report.stability and back.isolation == report.isolation
+    assert back.stability == report.stability and back.isolation == report.isolation and back.notes == report.notes
     assert back.numeric[0].rel_error != back.numeric[0].rel_error  # NaN stays NaN
+    assert back.numeric[1:] == report.numeric[1:]
+    assert [n.outputs for n in back.numeric] == [CheckedOutputs(("y",)), EVERY_OUTPUT, CheckedOutputs(("y", "z"))]
     assert json.dumps(encode(back)) == json.dumps(encode(report))
 
 
@@ -63,9 +80,29 @@ def test_a_status_that_does_not_exist_is_refused():
     is not a result."""
     from gradaudit.model import NumericResult
 
-    row = encode(NumericResult("x", "y", "pass", 0.0, 1e-3, "float64", 3))
+    row = encode(NumericResult("x", CheckedOutputs(("y",)), "pass", 0.0, 1e-3, "float64", 3))
     assert decode(NumericResult, row, "row").status == "pass"
     for status in ("passed", "ok", 1):
         with pytest.raises(WireError) as err:
             decode(NumericResult, dict(row, status=status), "row")
         assert "row.status" in str(err.value)
+
+
+@pytest.mark.parametrize("outputs", [
+    "y",  # the JSON report's label is not the value
+    "*",
+    {"names": ["y"], "every": True},  # every output, and some named
+    {"names": [], "every": False},  # none
+    {"names": [""], "every": False},
+    {"names": "y,z", "every": False},
+    {"names": [1], "every": False},
+    {"names": ["y"], "every": "no"},
+    {"names": ["y"], "all": True},
+])
+def test_checked_outputs_that_are_not_a_value_are_refused(outputs):
+    """A numeric row's outputs are names or every output: the child cannot send a label, both, or neither."""
+    row = encode(NumericResult("x", CheckedOutputs(("y",)), "pass", 0.0, 1e-3, "float64", 3))
+    assert row["outputs"] == {"names": ["y"], "every": False}
+    with pytest.raises(WireError) as err:
+        decode(NumericResult, dict(row, outputs=outputs), "row")
+    assert "row.outputs" in str(err.value)

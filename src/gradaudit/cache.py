@@ -29,7 +29,7 @@ from .model import Report
 from .results import AuditOptions
 from .version import __version__
 
-ENTRY_FORMAT = 1  # what an entry holds; a change of it is a new key, so older entries are misses
+ENTRY_FORMAT = 2  # what an entry holds; a change of it is a new key, so older entries are misses
 SOURCE = Path(__file__).resolve().parent  # gradaudit's own files: a developer's edit is a new key
 # The distributions whose code decides a report: TensorFlow under each name it is published as, Keras (Keras
 # files), and what the checks, the parse and the sandbox run on

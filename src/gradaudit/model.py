@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -159,9 +159,54 @@ class FlowEntry:
 
 
 @dataclass(frozen=True)
+class CheckedOutputs:
+    """The outputs a numeric check projected together: `names`, in the check's order, or every float output of
+    the model together (`every`, and no names). The JSON report writes it as one string (`label`): the name,
+    the names joined by commas, or "*" for every output."""
+
+    names: tuple[str, ...] = ()
+    every: bool = False
+
+    def __post_init__(self) -> None:
+        if self.every and self.names:
+            raise ValueError("checked outputs: every output, or some named: not both")
+        if not self.every and not self.names:
+            raise ValueError("checked outputs: no output named")
+        if any(not isinstance(n, str) or not n for n in self.names):
+            raise ValueError("checked outputs: an output name that is not a nonempty string")
+
+    @classmethod
+    def of(cls, outputs: Sequence[str], float_outputs: Sequence[str]) -> CheckedOutputs:
+        """The outputs of a check that projected `outputs` of the model's `float_outputs`: one output by its
+        name (also when it is the only one), every float output when it projected all of several."""
+        if len(outputs) != 1 and set(outputs) == set(float_outputs):
+            return EVERY_OUTPUT
+        return cls(tuple(outputs))
+
+    @classmethod
+    def from_label(cls, label: str) -> CheckedOutputs:
+        """The value a JSON report's `output` string stands for (`label` read back)."""
+        return EVERY_OUTPUT if label == "*" else cls(tuple(label.split(",")))
+
+    @property
+    def label(self) -> str:
+        """The JSON report's `output`: "*" for every float output, else the names joined by commas."""
+        return "*" if self.every else ",".join(self.names)
+
+    def renamed(self, names: Mapping[str, str]) -> CheckedOutputs:
+        """The same outputs under other names (each name in `names` mapped, the others kept)."""
+        return self if self.every else CheckedOutputs(tuple(names.get(n, n) for n in self.names))
+
+
+# the outputs of a check of every float output together
+EVERY_OUTPUT = CheckedOutputs(every=True)
+
+
+@dataclass(frozen=True)
 class NumericResult:
     source: str
-    output: str
+    # the outputs the check projected together (the JSON report's `output`: their label)
+    outputs: CheckedOutputs
     status: CheckStatus
     rel_error: float | None
     step: float | None
@@ -188,7 +233,7 @@ class NumericResult:
     kink_op: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"source": self.source, "output": self.output, "status": self.status,
+        d = {"source": self.source, "output": self.outputs.label, "status": self.status,
              "rel_error": self.rel_error, "step": self.step, "dtype": self.dtype,
              "evaluations": self.evaluations, "reason": self.reason,
              "precision_reason": self.precision_reason, "scale": self.scale, "bound": self.bound,
@@ -201,10 +246,14 @@ class NumericResult:
             d["kink_op"] = self.kink_op
         return d
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.outputs, CheckedOutputs):  # a string label where the value belongs
+            raise TypeError(f"NumericResult.outputs: expected CheckedOutputs, got {type(self.outputs).__name__}")
+
     @property
     def checked_outputs(self) -> tuple[str, ...]:
-        """The outputs the check projected together; () for "*", every float output."""
-        return () if self.output == "*" else tuple(self.output.split(","))
+        """The outputs the check projected together by name; () for every float output."""
+        return self.outputs.names
 
 
 @dataclass(frozen=True)
@@ -358,6 +407,15 @@ class AuditFailure:
 
 
 @dataclass(frozen=True)
+class Note:
+    """What a stage could not check, and why: one line, with the stage that wrote it ("static", "numeric",
+    "stability", "precision"; "" in a JSON report read back that does not say)."""
+
+    stage: str  # a results.Stage; a plain str so that the wire checks it as one
+    text: str
+
+
+@dataclass(frozen=True)
 class Report:
     """One audit's result, built once from its stages' results (api.py) and not changed after: a policy
     (suppressions, --fail-on) makes a new one with dataclasses.replace."""
@@ -369,7 +427,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     numeric: list[NumericResult] = field(default_factory=list)
     stability: list[StabilityResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # what could not be checked, and why
+    notes: list[Note] = field(default_factory=list)  # what could not be checked, and why, by the stage that says so
     seed: int | None = None
     paths: list[BlockedPath] = field(default_factory=list)  # one per blocked pair and cutting op (paths.py)
     # requested checks that did not run (or not to the end), one line each with the reason: the run can
@@ -377,8 +435,6 @@ class Report:
     incomplete: list[str] = field(default_factory=list)
     fail_on: str = "error"  # the threshold this report's verdict uses when none is given (the API's policy)
     isolation: Isolation | None = None  # how the part that ran the model was confined; None: nothing ran
-    # the stage that wrote each note ("static", "numeric", "stability"; "" unknown), in the notes' order
-    note_stages: list[str] = field(default_factory=list)
     # --precision: how the gradients and activations fare in float16 or bfloat16 (empty without it)
     precision: list[PrecisionResult] = field(default_factory=list)
     # the local checks (one op at a time, at its recorded values) that decided the numeric checks of a large model
@@ -388,7 +444,13 @@ class Report:
     runtime_stopped: bool = False
 
     def notes_of(self, stage: str) -> list[str]:
-        return [n for n, s in zip(self.notes, self.note_stages) if s == stage]
+        """The text of each note `stage` wrote, in order."""
+        return [n.text for n in self.notes if n.stage == stage]
+
+    @property
+    def note_texts(self) -> list[str]:
+        """Every note's text, in order (the JSON report's `notes`; their stages are its `note_stages`)."""
+        return [n.text for n in self.notes]
 
     def summary(self) -> dict[str, int]:
         counts = {s.value: 0 for s in Severity}

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .model import ALL_VARIABLES, Finding, LocalCheck, NumericResult, OpRef, Report, Severity
-from .results import Gate, HazardVerdict, Note, RuntimeResult, StaticResult
+from .model import ALL_VARIABLES, Finding, LocalCheck, Note, NumericResult, OpRef, Report, Severity
+from .results import Gate, HazardVerdict, RuntimeResult, StaticResult
 from .rules import get_rule
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "double"})
@@ -61,9 +61,8 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
         incomplete.append(runtime.stopped)
     report = Report(target=static.target, sources=list(static.sources), outputs=list(static.outputs),
                     flow=list(static.flow), findings=findings, numeric=numeric,
-                    stability=list(probes.results) if probes else [], notes=[n.text for n in notes],
+                    stability=list(probes.results) if probes else [], notes=notes,
                     seed=gate.seed, paths=list(static.paths), incomplete=incomplete, isolation=runtime.isolation,
-                    note_stages=[n.stage for n in notes],
                     precision=list(runtime.precision.results) if runtime.precision else [], local=_local(runtime),
                     runtime_stopped=runtime.stopped is not None)
     _extend_once(report.incomplete, not_checked(report, gate.inputs_given))

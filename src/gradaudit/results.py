@@ -19,6 +19,7 @@ from .model import (
     FlowEntry,
     Isolation,
     LocalCheck,
+    Note,
     NumericResult,
     OpRef,
     Output,
@@ -58,14 +59,6 @@ class AuditOptions:
     # whether the local checks (each op at its recorded values) decide the numeric checks: "auto" for a model of
     # stability.local.LARGE_MODEL trainable parameters or more, "always", or "never" (the whole-model checks)
     local_checks: Literal["auto", "always", "never"] = "auto"
-
-
-@dataclass(frozen=True)
-class Note:
-    """What a stage could not check, and why: one line, with the stage that wrote it."""
-
-    stage: str  # a Stage; a plain str so that the wire checks it as one
-    text: str
 
 
 @dataclass(frozen=True)

@@ -373,6 +373,8 @@ def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions
         if hasattr(item, "sources"):
             fields = {"sources": tuple(rename.get(n, n) for n in item.sources),
                       "outputs": tuple(rename.get(n, n) for n in item.outputs)}
+        elif hasattr(item, "checked_outputs"):  # a NumericResult: each output it checked, renamed
+            fields = {"source": rename.get(item.source, item.source), "outputs": item.outputs.renamed(rename)}
         else:
             fields = {"source": rename.get(item.source, item.source), "output": rename.get(item.output, item.output)}
         return replace(item, **fields)

@@ -7,9 +7,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .errors import GradauditError, InternalError
-from .model import Finding, Target
+from .model import Finding, Note, Target
 from .progress import say
-from .results import Note, StaticResult
+from .results import StaticResult
 
 if TYPE_CHECKING:
     from .flow import StaticAnalysis

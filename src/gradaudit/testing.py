@@ -53,7 +53,7 @@ def _problems(report: Report, wrt: Iterable[str] | None, fail_on: str) -> list[s
         lines += _flow_problems(report, list(wrt))
     for n in report.numeric:
         if n.status in ("fail", "error") and not n.expected_by and _concerns((n.source,), wanted, variables):
-            lines.append(f"numeric check {n.source} -> {n.output}: {n.status}"
+            lines.append(f"numeric check {n.source} -> {n.outputs.label}: {n.status}"
                          + (f", relative error {n.rel_error:.2e}" if n.rel_error is not None else "")
                          + (f" ({n.reason})" if n.reason else ""))
     if fail_on != "never":

@@ -103,7 +103,10 @@ def _decode_dataclass(cls: Any, data: Any, where: str, depth: int) -> Any:
             values[name] = decode(hints[name], data[name], f"{where}.{name}", depth + 1)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise WireError(f"{where}: missing field {name!r}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:  # fields of the right types that the value itself refuses together
+        raise WireError(f"{where}: {exc}") from None
 
 
 def _scalar(hint: Any, data: Any, where: str) -> Any:

@@ -31,7 +31,7 @@ def test_a_gradient_that_raises_as_saved_is_not_the_float64_copys_fault(audit):
     assert base and {n.status for n in base} == {"error"}
     assert all("Gradient explicitly disabled" in n.reason for n in base)  # TensorFlow's own words
     assert all(n.precision_reason is None for n in base)
-    assert not any("Float64 evaluation is not possible" in note for note in r.notes)
+    assert not any("Float64 evaluation is not possible" in note.text for note in r.notes)
     assert "missing-gradient" in {f.rule for f in r.findings}
 
 
@@ -41,4 +41,4 @@ def test_a_compiled_module_fixed_to_float32_is_the_float64_copys_own_reason(audi
     assert base and {n.status for n in base} == {"pass"} and {n.dtype for n in base} == {"float32"}
     assert all("float64 copy does not run" in n.precision_reason and "XlaCallModule" in n.precision_reason
                for n in base)
-    assert any("Float64 evaluation is not possible" in note for note in r.notes)
+    assert any("Float64 evaluation is not possible" in note.text for note in r.notes)

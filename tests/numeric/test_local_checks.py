@@ -173,7 +173,7 @@ def test_a_custom_gradient_of_a_variable_is_left_to_the_whole_model_checks(tmp_p
     path = os.path.join(tmp_path, "m")
     _variable_gradient_model(path, wrong)
     report = audit_saved_model(path, AuditOptions(local_checks="always"))
-    assert any("IdentityN" in n and "not checked on its own" in n for n in report.notes)
+    assert any("IdentityN" in n.text and "not checked on its own" in n.text for n in report.notes)
     rows = [n for n in report.numeric if n.scale is None]
     assert rows and not any("decided by local checks" in (n.evidence or "") for n in rows)
     assert report.verdict("error") == ("fail" if wrong else "pass")

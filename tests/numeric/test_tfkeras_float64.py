@@ -169,7 +169,8 @@ def test_healthy_models_pass_in_float64(audit, name):
     assert r.numeric and {(n.status, n.dtype, n.precision_reason) for n in r.numeric} == {
         ("pass", "float64", "float64 copy of the model")}
     assert {n.scale for n in r.numeric} == {None, 100.0, -600.0}
-    assert not any("Float64 evaluation is not possible" in note or "FusedBatchNorm" in note for note in r.notes)
+    assert not any("Float64 evaluation is not possible" in note.text or "FusedBatchNorm" in note.text
+                   for note in r.notes)
 
 
 def test_the_broken_twin_fails_in_float64_on_the_variables_the_truth_names(audit):

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from gradaudit.api import AuditOptions, audit_saved_model
-from gradaudit.model import Finding, NumericResult, Report, Severity
+from gradaudit.model import CheckedOutputs, Finding, NumericResult, Report, Severity
 
 from .report_helpers import SAMPLES
 
@@ -45,7 +45,7 @@ def numeric_report(mlp_report) -> Report:
     numeric checks will add (they are not wired in the CLI tests)."""
     src = [s.name for s in mlp_report.sources if s.differentiable][:4]
     out = mlp_report.outputs[0].name
-    results = [NumericResult(s, out, status, 1e-3 if status == "fail" else None, 1e-3, "float64", 8,
+    results = [NumericResult(s, CheckedOutputs((out,)), status, 1e-3 if status == "fail" else None, 1e-3, "float64", 8,
                              reason=None if status in ("pass", "fail") else f"why {status}",
                              bound=1e-8 if status == "fail" else None)
                for s, status in zip(src, ("pass", "fail", "skipped", "error"))]

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from gradaudit.batch import AuditFailure
 from gradaudit.cli import main
-from gradaudit.model import NumericResult, Report
+from gradaudit.model import CheckedOutputs, NumericResult, Report
 from gradaudit.report import FORMATS, render
 from gradaudit.report.common import md_code, md_text, printable
 from gradaudit.report.terminal import print_report
@@ -116,7 +116,7 @@ HOSTILE = ("|<img src=x>[a](http://x)\ufffe\uffff\u202e::error::pwned\x1b[31m`@o
 _RAW = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
                   "\ufffe\uffff]")
 _NAMED = {"name", "source", "output", "op_name", "function", "signature", "path", "message", "fix", "error",
-          "sources", "outputs", "reason"}
+          "sources", "outputs", "reason", "names"}  # names: a numeric check's outputs (CheckedOutputs)
 
 
 def _hostile(value, named: bool = False):
@@ -134,7 +134,7 @@ def _hostile(value, named: bool = False):
 
 @pytest.fixture(scope="module")
 def hostile_report(argmax_report) -> Report:
-    numeric = NumericResult("x", "cls", "fail", 0.5, 1e-3, "float32", 4, reason="differs")
+    numeric = NumericResult("x", CheckedOutputs(("cls",)), "fail", 0.5, 1e-3, "float32", 4, reason="differs")
     return _hostile(dataclasses.replace(argmax_report, numeric=[numeric]))
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gradaudit.errors import GradauditError
-from gradaudit.model import FlowEntry, OpRef, StabilityResult
+from gradaudit.model import EVERY_OUTPUT, CheckedOutputs, FlowEntry, Note, NumericResult, OpRef, StabilityResult
 from gradaudit.report import json_report
 from gradaudit.report.json_load import load, report_from_dict
 
@@ -31,8 +31,15 @@ def test_every_field_round_trips(argmax_report):
     report = dataclasses.replace(
         argmax_report, flow=[*argmax_report.flow, FlowEntry("x", "other", "unknown", unknown_by=(ref,))],
         stability=[StabilityResult("x", "probs", 1e-30, "nonfinite_gradient", "Log", "Log", "NaN")],
-        notes=["a note"], incomplete=["numeric checks did not run"], seed=7)
+        numeric=[NumericResult("x", CheckedOutputs(("probs",)), "pass", 1e-9, 1e-3, "float64", 4),
+                 NumericResult("x", CheckedOutputs(("probs", "other")), "fail", 0.5, 1e-3, "float64", 4),
+                 NumericResult("*", EVERY_OUTPUT, "skipped", None, None, None, 0, reason="no float output")],
+        notes=[Note("static", "a note"), Note("numeric", "another")], incomplete=["numeric checks did not run"], seed=7)
     _round_trip(report)
+    doc = json.loads(json_report.render(report))
+    assert [n["output"] for n in doc["numeric"]] == ["probs", "probs,other", "*"]
+    again = report_from_dict(doc)
+    assert again.numeric == report.numeric and again.notes == report.notes
 
 
 @pytest.mark.parametrize("content", ["[1, 2]", '{"schema_version": 1}', "{oops", '{"schema_version": 1, '

@@ -9,17 +9,18 @@ import re
 
 import pytest
 
-from gradaudit.model import NumericResult, Report
+from gradaudit.model import EVERY_OUTPUT, CheckedOutputs, NumericResult, Report
 from gradaudit.report import html, json_report, markdown, terminal
 from gradaudit.report.numeric_rows import numeric_rows
 
 WHY = "the outputs or the gradient are NaN or Inf at the checked point"
 
 
-def _check(status: str, output: str = "y", scale: float | None = None, source: str = "x",
+def _check(status: str, outputs: tuple[str, ...] = ("y",), scale: float | None = None, source: str = "x",
            reason: str | None = None) -> NumericResult:
-    return NumericResult(source, output, status, 1e-9 if status == "pass" else 0.5 if status == "fail" else None,
-                         1e-7, "float32", 12, reason=reason, scale=scale, precision_reason="its own precision")
+    return NumericResult(source, CheckedOutputs(outputs), status,
+                         1e-9 if status == "pass" else 0.5 if status == "fail" else None, 1e-7, "float32", 12,
+                         reason=reason, scale=scale, precision_reason="its own precision")
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +28,10 @@ def probed(mlp_report) -> Report:
     """The synthesised point passed; at the probe points x passed once, and was inconclusive six times over
     two outputs; w was inconclusive once."""
     x = [_check("pass")]
-    x += [_check("pass", "y", 100.0)]
-    x += [_check("inconclusive", o, s, reason=f"{WHY} ({o} at {s:g})") for s in (100.0, -600.0) for o in ("y", "z")]
-    x += [_check("inconclusive", "y,z", s, reason="bound too loose") for s in (300.0, 1e4)]
-    w = [_check("inconclusive", "y", 100.0, source="w", reason="flat")]
+    x += [_check("pass", ("y",), 100.0)]
+    x += [_check("inconclusive", (o,), s, reason=f"{WHY} ({o} at {s:g})") for s in (100.0, -600.0) for o in ("y", "z")]
+    x += [_check("inconclusive", ("y", "z"), s, reason="bound too loose") for s in (300.0, 1e4)]
+    w = [_check("inconclusive", ("y",), 100.0, source="w", reason="flat")]
     return dataclasses.replace(mlp_report, numeric=x + w)
 
 
@@ -46,6 +47,18 @@ def test_inconclusive_probe_points_fold_into_one_row_per_source(probed):
     assert "JSON" in folded.reason
     single = rows[3]  # a single inconclusive check keeps its own reason, unfolded
     assert not single.folded and single.reason == "flat" and single.where == "inputs × 100"
+
+
+def test_rows_name_the_outputs_of_each_check():
+    """A check's outputs by name, a check of several together with each name, every float output as "*"; a
+    fold names each output of its checks once."""
+    rows = numeric_rows([_check("pass", ("y", "z")), _check("pass", ("y",), source="w"),
+                         NumericResult("v", EVERY_OUTPUT, "pass", 1e-9, 1e-7, "float32", 12)])
+    assert [r.outputs for r in rows] == [("y", "z"), ("y",), ("*",)] and rows[0].output == "y, z"
+    folded = numeric_rows([NumericResult("v", EVERY_OUTPUT, "inconclusive", None, None, "float32", 2, scale=1.0),
+                           _check("inconclusive", ("y",), 10.0, source="v"),
+                           _check("inconclusive", ("z", "y"), 100.0, source="v")])
+    assert len(folded) == 1 and folded[0].outputs == ("*", "y", "z")
 
 
 def test_terminal_shows_the_folded_row(probed):
@@ -101,9 +114,10 @@ def test_a_real_audit_folds_what_float32_cannot_decide():
 def test_a_long_precision_reason_is_shortened_in_the_tables_only():
     long = ("the model's own precision: the float64 copy does not run: InvalidArgumentError: Error refining "
             "argument shapes: refinement element types must match in tensor<4x2xf32> -> tensor<4x2xf64>")
-    n = NumericResult("x", "y", "pass", 1e-6, 1e-3, "float32", 12, precision_reason=long)
+    n = NumericResult("x", CheckedOutputs(("y",)), "pass", 1e-6, 1e-3, "float32", 12, precision_reason=long)
     (row,) = numeric_rows([n])
     assert row.details() == "the model's own precision: the float64 copy does not run (the notes say why)"
     assert row.result.precision_reason == long  # the JSON keeps it whole
-    short = NumericResult("x", "y", "pass", 1e-6, 1e-3, "float32", 12, precision_reason="float64 copy of the model")
+    short = NumericResult("x", CheckedOutputs(("y",)), "pass", 1e-6, 1e-3, "float32", 12,
+                          precision_reason="float64 copy of the model")
     assert numeric_rows([short])[0].details() == "float64 copy of the model"

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from gradaudit.batch import AuditFailure
-from gradaudit.model import OpRef
+from gradaudit.model import Note, OpRef
 from gradaudit.report import sarif
 from gradaudit.rules import ALL_RULES, DOC_SECTIONS
 
@@ -34,7 +34,7 @@ def _validate(doc: dict) -> None:
 
 @pytest.fixture
 def many_doc(argmax_report, stop_report, disconnected_report):
-    noted = dataclasses.replace(stop_report, notes=["numeric checks are not available"])
+    noted = dataclasses.replace(stop_report, notes=[Note("numeric", "numeric checks are not available")])
     reports = [suppressed(argmax_report, "ignore-ops Arg*"), noted, disconnected_report]
     return sarif.to_dict(reports, "error", [AuditFailure("models/broken", "models/broken: cannot be parsed")])
 

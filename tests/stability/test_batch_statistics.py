@@ -51,9 +51,9 @@ def test_a_model_with_in_batch_statistics_is_probed_at_the_checks_batch(models):
     report = audit_saved_model(models["batch"], AuditOptions())
     assert any(f.code == "GA311" and f.op is not None and f.op.op_type == "Exp" for f in report.findings)
     assert {r.status for r in report.stability if r.scale >= 100} == {"nonfinite_forward"}
-    assert any("Stability probes at a batch of 2" in n for n in report.notes)
+    assert any("Stability probes at a batch of 2" in n.text for n in report.notes)
 
 
 def test_a_per_example_model_is_probed_at_one_example(models):
     report = audit_saved_model(models["example"], AuditOptions())
-    assert not any("Stability probes at a batch of" in n for n in report.notes)
+    assert not any("Stability probes at a batch of" in n.text for n in report.notes)

@@ -190,7 +190,7 @@ def test_op_inside_a_frozen_while_loop_is_located(tmp_path):
     assert f.op is not None and f.op.op_type == "Sqrt" and f.op.function.startswith("while_body")
     assert "is the only op in its body whose backward can" in f.message and "While" in f.message
     assert stability(r, "x", "y", 0.0).status == "nonfinite_gradient"
-    assert not any("could not be located" in n for n in r.notes)
+    assert not any("could not be located" in n.text for n in r.notes)
 
 
 class _SoftplusAndLinear:

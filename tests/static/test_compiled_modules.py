@@ -59,4 +59,4 @@ def test_a_module_that_cannot_be_read_is_unknown_not_connected(tmp_path):
     (path / "saved_model.pb").write_bytes(sm.SerializeToString())
     report = audit_saved_model(str(path), AuditOptions(static_only=True))
     assert {e.status for e in report.flow} == {"unknown"}
-    assert any("XlaCallModule" in note for note in report.notes)
+    assert any("XlaCallModule" in note.text for note in report.notes)

@@ -179,6 +179,29 @@ def test_python_targets_get_the_stability_probes():
     assert keras_report.stability and {s.output for s in keras_report.stability} <= outputs | {"*"}
 
 
+def test_probe_point_checks_of_several_outputs_name_the_models_outputs():
+    """A Keras model with a list of outputs runs its probes on a saved copy whose outputs are output_0,
+    output_1, ...: a probe-point check of two of its outputs together names both as the model does (each name
+    mapped back; the joined label "output_0,output_1" was not)."""
+    import tensorflow as tf
+
+    class Stopped(keras.layers.Layer):
+        def call(self, t):
+            return t + tf.stop_gradient(tf.square(t))
+
+    inp = keras.Input((3,), name="x")
+    hidden = keras.layers.Dense(2, name="d")(inp)
+    heads = [keras.layers.Dense(2, name="y1")(hidden), keras.layers.Dense(2, name="y2")(hidden),
+             Stopped(name="y3")(hidden)]
+    r = audit(keras.Model(inp, heads))
+    names = {o.name for o in r.outputs}
+    assert names == {"y1", "y2", "y3"}
+    probed = [n for n in r.numeric if n.scale is not None]
+    assert any(len(n.checked_outputs) == 2 for n in probed)  # the outputs without the cut, checked together
+    assert all(set(n.checked_outputs) <= names for n in r.numeric)
+    assert {row["output"] for row in json_report.to_dict(r)["numeric"] if row["scale"] is not None} == {"y1,y2", "y3"}
+
+
 def test_keras_model_with_dict_inputs(recwarn):
     a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
     out = keras.layers.Dense(1, name="head")(keras.layers.Concatenate()([a, b]))

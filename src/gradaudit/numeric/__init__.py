@@ -3,8 +3,7 @@
 Entry point `run_numeric`, called by `gradaudit.audit` after the static pass; the model is loaded here
 and nowhere else. Results name a source per check: a float input, a single variable, or `ALL_VARIABLES`
 ("*") for the trainable variables checked together (a failing group is followed by one result per
-variable found at fault); the output is a name, "*" for all float outputs together, or names joined by
-commas.
+variable found at fault); the outputs (model.CheckedOutputs) are named, or every float output together.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..model import ALL_VARIABLES, Finding, FlowEntry, NumericResult, Output, Source
+from ..model import ALL_VARIABLES, EVERY_OUTPUT, Finding, FlowEntry, NumericResult, Output, Source
 
 __all__ = ["ALL_VARIABLES", "LocalVerdict", "NumericOptions", "NumericOutcome", "NumericTask", "run_numeric",
            "run_numeric_function"]
@@ -122,5 +121,5 @@ def _guarded(run: Callable[[], NumericOutcome]) -> NumericOutcome:
         # TensorFlow failed on the model (running or differentiating it): these checks could not be made
         reason = f"numeric checks stopped: {describe(exc)}"
         return NumericOutcome(
-            [NumericResult(source="*", output="*", status="error", rel_error=None, step=None, dtype=None,
+            [NumericResult(source="*", outputs=EVERY_OUTPUT, status="error", rel_error=None, step=None, dtype=None,
                            evaluations=0, reason=reason)], [], [])

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..model import CheckStatus, Finding, NumericResult, OpRef
+from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, sweep
 from .domains import Domains
@@ -152,9 +152,8 @@ def _agree(attempts: list[Attempt], kinked: bool = True) -> None:
 
 
 def output_label(outputs: tuple[str, ...], all_float: list[str]) -> str:
-    if len(outputs) == 1:
-        return outputs[0]
-    return "*" if set(outputs) == set(all_float) else ",".join(outputs)
+    """How a message names the outputs of a check: as the JSON report's `output` does."""
+    return CheckedOutputs.of(outputs, all_float).label
 
 
 class Checker:
@@ -191,7 +190,7 @@ class Checker:
             outs = tuple(o for o in group.outputs if o not in unstable)
             if not outs:
                 self.results.append(NumericResult(
-                    source=group.source, output=output_label(group.outputs, r.float_outputs),
+                    source=group.source, outputs=CheckedOutputs.of(group.outputs, r.float_outputs),
                     status="inconclusive", rel_error=None, step=None, dtype=self.s.dtype, evaluations=2,
                     reason="nondeterministic: two evaluations at the same point differ"))
                 continue
@@ -374,7 +373,7 @@ class Checker:
         self.progress(f"checking {group.source} -> {output_label(group.outputs, r.float_outputs)}")
         if not self._finite_at(u, point, group):
             self.results.append(NumericResult(
-                source=group.source, output=output_label(group.outputs, r.float_outputs),
+                source=group.source, outputs=CheckedOutputs.of(group.outputs, r.float_outputs),
                 status="inconclusive", rel_error=None, step=None, dtype=self.s.dtype, evaluations=2,
                 reason="the outputs or the gradient are NaN or Inf at the checked point (numerical "
                        "stability)" + ("" if self.s.given else "; pass valid inputs with --inputs")))
@@ -411,11 +410,11 @@ class Checker:
     def _report(self, group: Group, attempts: list[Attempt], evaluations: int, u) -> None:
         kinds = [a.kind for a in attempts]
         est = attempts[-1].est
-        label = output_label(group.outputs, self.runner.float_outputs)
+        checked = CheckedOutputs.of(group.outputs, self.runner.float_outputs)
 
         def result(status: CheckStatus, reason: str | None, source: str = group.source, e: Estimate = est,
                    evals: int = evaluations) -> NumericResult:
-            return NumericResult(source=source, output=label, status=status, rel_error=_finite(e.rel_error),
+            return NumericResult(source=source, outputs=checked, status=status, rel_error=_finite(e.rel_error),
                                  step=e.step, dtype=self.s.dtype, evaluations=evals, reason=reason,
                                  bound=_finite(e.rel_threshold(self.s.floor)))
 

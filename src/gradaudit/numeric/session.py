@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..model import Finding, FlowEntry, NumericResult, OpRef, Output, Source
+from ..model import EVERY_OUTPUT, CheckedOutputs, Finding, FlowEntry, NumericResult, OpRef, Output, Source
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, LocalVerdict, NumericOptions, NumericOutcome, NumericTask
-from .checks import Checker, Group, Settings, output_label
+from .checks import Checker, Group, Settings
 from .domains import Domains
 from .inputs import InputError, given_inputs, synthesise
 from .runner import ModelError, ModelLoads, PositionalFunction, Runner, UncutDerivative, describe, signature_variables
@@ -123,9 +123,9 @@ class Plan:
 
     def empty(self) -> NumericOutcome | None:
         if not self.float_outputs:
-            return NumericOutcome([_skipped("*", "*", "no float output")], [], [])
+            return NumericOutcome([_skipped("*", "no float output")], [], [])
         if not self.input_sources and not self.variable_sources:
-            return NumericOutcome([_skipped("*", "*", "no differentiable float source")], [], [])
+            return NumericOutcome([_skipped("*", "no differentiable float source")], [], [])
         return None
 
 
@@ -152,8 +152,9 @@ class _Session:
     progress: Callable[[str], None]
 
 
-def _skipped(source: str, output: str, reason: str) -> NumericResult:
-    return NumericResult(source=source, output=output, status="skipped", rel_error=None, step=None,
+def _skipped(source: str, reason: str) -> NumericResult:
+    """A check of `source` ("*": every source) against every float output that did not run."""
+    return NumericResult(source=source, outputs=EVERY_OUTPUT, status="skipped", rel_error=None, step=None,
                          dtype=None, evaluations=0, reason=reason)
 
 
@@ -161,7 +162,7 @@ def _point(plan: Plan, options: NumericOptions, domains: Domains) -> dict[str, n
     try:
         return synthesise(plan.specs, options, domains)
     except InputError as exc:
-        return NumericOutcome([_skipped("*", "*", f"no input to run the model: {exc}")], [],
+        return NumericOutcome([_skipped("*", f"no input to run the model: {exc}")], [],
                               [f"Numeric checks skipped: {exc}"])
 
 
@@ -203,7 +204,7 @@ def decided_locally(plan: Plan, local: LocalVerdict) -> NumericOutcome:
     (each input, the variables by the outputs they reach), with the local verdict and its evidence."""
     groups = [Group(n, outs, inputs=[n]) for n in plan.input_sources for outs in plan.output_groups(n)]
     groups += variable_groups(plan, list(plan.variable_sources))[0]
-    results = [NumericResult(source=g.source, output=output_label(g.outputs, plan.float_outputs),
+    results = [NumericResult(source=g.source, outputs=CheckedOutputs.of(g.outputs, plan.float_outputs),
                              status=local.status, rel_error=local.rel_error, step=None, dtype=local.dtype,
                              evaluations=local.evaluations, evidence=local.evidence,
                              precision_reason="local checks: each op at the values the model's forward gave it")
@@ -339,7 +340,7 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
         outs_groups = plan.output_groups(n)
         groups.extend(Group(n, outs, inputs=[n]) for outs in outs_groups)
         if not outs_groups:
-            results.append(_skipped(n, "*", "no gradient path to a float output (static pass)"))
+            results.append(_skipped(n, "no gradient path to a float output (static pass)"))
     var_groups, unconnected = variable_groups(plan, [name for name, _var in variables])
     if unconnected:
         notes.append(f"{unconnected} trainable variable(s) have no gradient path to a float output: not checked.")
@@ -433,7 +434,7 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
             f"The loaded model cannot run, so its gradients could not be checked: {exc}",
             outputs=tuple(plan.float_outputs))
     notes = [f"Numeric checks not run: {reason}"]
-    errors = [NumericResult(source=g.source, output=output_label(g.outputs, plan.float_outputs), status="error",
+    errors = [NumericResult(source=g.source, outputs=CheckedOutputs.of(g.outputs, plan.float_outputs), status="error",
                             rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason)
               for g in groups]
     return NumericOutcome(errors, [finding] if finding else [], notes, stopped=str(exc))

@@ -10,11 +10,13 @@ from typing import Any, TypeVar
 from ..baseline import not_a_report, read_json_report, report_docs
 from ..model import (
     BlockedPath,
+    CheckedOutputs,
     Cut,
     Finding,
     FlowEntry,
     Isolation,
     LocalCheck,
+    Note,
     NumericResult,
     OpRef,
     Output,
@@ -94,6 +96,18 @@ def _local(d: dict[str, Any]) -> LocalCheck:
                       op=OpRef(d["op_type"], d["op_name"], d["function"]))
 
 
+def _numeric(d: dict[str, Any]) -> NumericResult:
+    names = {f.name for f in fields(NumericResult)} - {"outputs"}
+    return NumericResult(**{k: v for k, v in d.items() if k in names}, outputs=CheckedOutputs.from_label(d["output"]))
+
+
+def _notes(d: dict[str, Any]) -> list[Note]:
+    """The notes with the stage that wrote each ("" where the report does not say: one written before
+    `note_stages`)."""
+    texts, stages = list(d.get("notes", ())), list(d.get("note_stages", ()))
+    return [Note(stages[i] if i < len(stages) else "", text) for i, text in enumerate(texts)]
+
+
 def report_from_dict(d: dict[str, Any]) -> Report:
     t = d["target"]
     return Report(
@@ -103,12 +117,11 @@ def report_from_dict(d: dict[str, Any]) -> Report:
         outputs=[Output(o["name"], o["dtype"], _shape(o["shape"])) for o in d["outputs"]],
         flow=[_flow(f) for f in d["flow"]],
         findings=[_finding(f) for f in d["findings"]],
-        numeric=[_plain(NumericResult, n) for n in d["numeric"]],
+        numeric=[_numeric(n) for n in d["numeric"]],
         stability=[_plain(StabilityResult, s) for s in d["stability"]],
         precision=[_precision(p) for p in d.get("precision", ())],
         local=[_local(c) for c in d.get("local", ())],
-        notes=list(d.get("notes", ())),
-        note_stages=list(d.get("note_stages", ())),
+        notes=_notes(d),
         seed=d.get("seed"),
         incomplete=list(d.get("incomplete", ())),
         paths=[_path(p) for p in d.get("paths", ())],

@@ -63,14 +63,17 @@ def _numeric_cases(suite: _Suite, report: Report) -> set[int]:
     """A case per numeric check, holding the numeric findings (GA2xx) of its pair; returns their ids."""
     placed: set[int] = set()
     for n in report.numeric:
-        mine = [f for f in report.findings if f.code.startswith("GA2") and concerns(f, n.source, n.output)]
+        # a check of one output holds its pair's findings; a check of several together leaves them to the flow cases
+        one = n.checked_outputs[0] if len(n.checked_outputs) == 1 else None
+        mine = [f for f in report.findings if f.code.startswith("GA2") and one is not None
+                and concerns(f, n.source, one)]
         placed |= {id(f) for f in mine}
         outcome = n.status + (f": {n.reason}" if n.reason else "")
         err = outcome if n.status == "error" else None
         skip = outcome if n.status in ("skipped", "inconclusive") else None
         measured = (f"{outcome}; relative error {n.rel_error}, step {n.step}, dtype {n.dtype}, "
                     f"{n.evaluations} evaluations")
-        suite.case("numeric", f"{n.source} -> {n.output}", mine, [measured], err, skip)
+        suite.case("numeric", f"{n.source} -> {n.outputs.label}", mine, [measured], err, skip)
     return placed
 
 
@@ -97,7 +100,7 @@ def _suite(report: Report, fail_on: str) -> ET.Element:
     for line in report.incomplete:  # a requested check that did not run is an error case, never a pass
         suite.case("incomplete", line.split(":")[0], [], [], error=f"not checked: {line}")
     if report.notes:
-        ET.SubElement(suite.element, "system-out").text = "\n".join(f"note: {n}" for n in report.notes)
+        ET.SubElement(suite.element, "system-out").text = "\n".join(f"note: {n.text}" for n in report.notes)
     return suite.element
 
 

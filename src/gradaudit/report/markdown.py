@@ -198,7 +198,7 @@ def _section(report: Report, fail_on: str, level: str) -> list[str]:
         out += [f"<details><summary>{len(suppressed)} suppressed or known finding(s)</summary>", ""]
         out += [f"- {f.code} {_code(f.rule)}: {_esc(f.message)} ({_esc(f.suppressed or '')})" for f in suppressed]
         out += ["", "</details>", ""]
-    out += [f"> note: {_esc(n)}" for n in report.notes]
+    out += [f"> note: {_esc(n.text)}" for n in report.notes]
     out += [f"> **not checked:** {_esc(n)}" for n in report.incomplete]
     return out
 

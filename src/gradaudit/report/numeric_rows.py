@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..model import NumericResult
+from ..model import CheckedOutputs, NumericResult
 
 
 @dataclass(frozen=True)
 class NumericRow:
     result: NumericResult  # the check shown; for a folded line, the first of the checks it stands for
-    outputs: tuple[str, ...]  # the outputs of the checks it stands for
+    outputs: tuple[str, ...]  # the outputs of the checks it stands for, as shown ("*": every float output)
     scales: tuple[float, ...]  # the probe points (signed scales) of those checks; () at the synthesised point
     count: int = 1  # how many checks it stands for
     evaluations: int = 0  # their evaluations together
@@ -59,6 +59,11 @@ def _short(precision: str | None, width: int = 80) -> str | None:
     return f"{head}: {cause} (the notes say why)" if cause and len(head) + len(cause) < width else precision
 
 
+def _shown(outputs: CheckedOutputs) -> tuple[str, ...]:
+    """A check's outputs as the tables name them: each by its name, every float output as "*"."""
+    return ("*",) if outputs.every else outputs.names
+
+
 def numeric_rows(results: Sequence[NumericResult]) -> list[NumericRow]:
     """One row per check, in the report's order, except that the inconclusive probe-point checks of a source
     become one row where the first of them stood. A healthy model's probe points in float32 are often
@@ -73,11 +78,11 @@ def numeric_rows(results: Sequence[NumericResult]) -> list[NumericRow]:
         group = folded.get(n.source) if n.scale is not None and n.status == "inconclusive" else None
         if group is None:
             at: tuple[float, ...] = () if n.scale is None else (n.scale,)
-            rows.append(NumericRow(n, tuple(n.output.split(",")) if n.output else (), at, 1, n.evaluations))
+            rows.append(NumericRow(n, _shown(n.outputs), at, 1, n.evaluations))
             continue
         if group[0] is not n:
             continue  # already stood for by the first of its group
-        outputs = tuple(dict.fromkeys(o for g in group for o in g.output.split(",")))
+        outputs = tuple(dict.fromkeys(o for g in group for o in _shown(g.outputs)))
         scales = tuple(dict.fromkeys(g.scale for g in group if g.scale is not None))
         rows.append(NumericRow(n, outputs, scales, len(group), sum(g.evaluations for g in group)))
     return rows

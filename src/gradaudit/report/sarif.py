@@ -120,7 +120,7 @@ def to_dict(reports: Sequence[Report], fail_on: str = "error",
     logical = _LogicalLocations()
     results = [_result(r, f, rule_index, logical) for r in reports for f in r.findings]
     notifications = [_notification("error", f.error, f.path) for f in failures]
-    notifications += [_notification("note", f"{display_path(r.target.path)}: {note}", r.target.path)
+    notifications += [_notification("note", f"{display_path(r.target.path)}: {note.text}", r.target.path)
                       for r in reports for note in r.notes]
     notifications += [_notification("warning", f"{display_path(r.target.path)}: not checked: {line}", r.target.path)
                       for r in reports for line in r.incomplete]

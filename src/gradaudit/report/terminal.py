@@ -199,7 +199,7 @@ def renderables(report: Report, fail_on: str = "error") -> list[RenderableType]:
     if report.precision:
         parts.append(_precision_table(report))
     for note in report.notes:
-        parts.append(Text("note: " + note, style="yellow"))
+        parts.append(Text("note: " + note.text, style="yellow"))
     if report.isolation and report.isolation.missing:  # what confined the model is said when something did not
         parts.append(Text("isolation: " + "; ".join(report.isolation.missing), style="yellow"))
     for line in report.incomplete:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import CheckStatus, Finding, NumericResult, OpRef
+from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef
 from ..rules import hazards as rules
 from .probes import dense
 
@@ -108,7 +108,7 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
 
     for label, names in _groups(prober):
         outs = tuple(sorted({o for n in names for o in plan.connected(n)}))
-        shown = output_label(outs, plan.float_outputs)
+        shown = CheckedOutputs.of(outs, plan.float_outputs)
         v = {n: _direction(rng, point.values[n]) for n in names}
         w = {n: _direction(rng, point.values[n]) for n in names}
         g0 = point.gradients({})  # also moves the runner to the base point, where H·w is taken
@@ -219,7 +219,7 @@ def _line(point: _BasePoint, v: dict[str, np.ndarray], w: dict[str, np.ndarray],
                       phi_norm=phi_norm, low_precision_autodiff=not point.use64, phi0=phi0)
 
 
-def _result(label: str, shown: str, est, verdict: str, dtype: str, why: str) -> NumericResult:
+def _result(label: str, shown: CheckedOutputs, est, verdict: str, dtype: str, why: str) -> NumericResult:
     """The check's row: the sweep's verdict in the words of second order."""
     size = max(est.scale, abs(est.numeric))
     rel = abs(est.delta) / size if size > 0 else 0.0
