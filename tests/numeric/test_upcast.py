@@ -91,8 +91,8 @@ def _gradients(loaded, x: np.ndarray, u: np.ndarray, output: str) -> dict:
     ("FusedBatchNormV3", False, "NCDHW", 1.0),
 ])
 def test_fused_batch_norm_becomes_float64_primitives(tmp_path, op, training, layout, factor):
-    """The copy's outputs are TensorFlow's float32 kernel's to float32 rounding, every output (the reserve spaces of
-    a 5-d inference, uninitialised memory in TensorFlow's kernel, by shape only); its gradients are the fused op's
+    """The copy's outputs are TensorFlow's float32 kernel's to float32 rounding, every output but the reserve spaces
+    (the kernel's scratch, which differs between TensorFlow's CPU paths); its gradients are the fused op's
     registered gradient's (none to the mean and variance inputs, none back from the statistics) and the derivative
     of its forward to float64 rounding."""
     info = read_saved_model(_batch_norm_model(str(tmp_path / "bn"), op, training, layout, factor), (),
@@ -105,8 +105,13 @@ def test_fused_batch_norm_becomes_float64_primitives(tmp_path, op, training, lay
         y32, y64 = native.fn(x=tf.constant(x, tf.float32)), copy.fn(x=tf.constant(x, tf.float64))
         assert set(y64) == set(y32) and all(y64[k].dtype == tf.float64 for k in y64)
         for k in y32:
+            # The reserve spaces are the kernel's scratch for its gradient: their values and even their shapes depend
+            # on TensorFlow's CPU path (on an AMD EPYC without AVX-512, inference's reserve_space_1 is zeros and
+            # training's reserve_space_3 has shape [] where another machine gave the mean and shape [0]).
+            if k.startswith("reserve"):
+                continue
             assert y64[k].shape == y32[k].shape, k
-            if y32[k].shape.num_elements() and (training or len(x.shape) == 4 or not k.startswith("reserve")):
+            if y32[k].shape.num_elements():
                 np.testing.assert_allclose(y64[k].numpy(), y32[k].numpy(), rtol=0,
                                            atol=1e-6 * float(np.max(np.abs(y32[k].numpy()))), err_msg=k)
         u = rng.standard_normal(x.shape)
