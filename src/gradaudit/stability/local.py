@@ -365,7 +365,8 @@ class LocalChecker:
         built = self._graph_for(items, values)
         for k in built.dropped:
             outcome.unchecked.append((self.forensics._ref(items[k].op), "it cannot be copied on its own"))  # noqa: SLF001
-        items = [it for k, it in enumerate(items) if k not in set(built.dropped)]
+        dropped = set(built.dropped)
+        items = [it for k, it in enumerate(items) if k not in dropped]
         for it, cut, held in zip(items, built.cut, built.held):
             it.held = held
             it.d = [np.zeros_like(d) if c else d for d, c in zip(it.d, cut)]
@@ -456,7 +457,8 @@ class LocalChecker:
                 feeds.append(copied[0])
                 phis.append(copied[1])
                 held.append(it.held)
-            kept = [it for k, it in enumerate(items) if k not in set(dropped)]
+            left_out = set(dropped)
+            kept = [it for k, it in enumerate(items) if k not in left_out]
             grads, cut = _gradients(kept, feeds, phis) if kept else ([], [])
         config = tf.compat.v1.ConfigProto()
         config.graph_options.rewrite_options.disable_meta_optimizer = True
@@ -666,7 +668,8 @@ class LocalChecker:
 
         def run(_which: list[int], t: float) -> list[float]:
             outcome.runs += 1
-            return [float(f._run(phi_t, feed, at(t)))]  # noqa: SLF001
+            it.fed = [(x + t * d).astype(p.dtype.as_numpy_dtype) for p, x, d in zip(ins, it.x, it.d)]
+            return [float(f._run(phi_t, feed, dict(zip(ins, it.fed))))]  # noqa: SLF001
 
         self._sweep([it], [0], run)
 
@@ -736,19 +739,16 @@ def _start_line(it: _Item, phi0: float) -> None:
 
 
 def _add_point(it: _Item, t: float, phi: float) -> None:
-    """phi(t) and the change the gradient predicts for the point really fed (rounded to the item's dtype: the
-    arrays fed, when the run kept them; for a value-free op's one exact step, t·<g, d>: its rounding is far below
+    """phi(t) and the change the gradient predicts for the point really fed (the arrays the run fed, rounded to its
+    placeholders' dtype; for a value-free op's one exact step, t·<g, d>: its rounding is far below
     the check's tolerance)."""
     if it.exact:
         lin = t * it.line.autodiff
-    elif it.fed is not None:
+    else:
+        assert it.fed is not None, "every run of a non-exact item keeps the arrays it fed"
         lin = float(sum(np.vdot(g.reshape(-1), (p.astype(np.float64, copy=False) - x).reshape(-1))
                         for g, x, p in zip(it.g, it.x, it.fed)))
         it.fed = None
-    else:
-        np_dtype = np.float64 if it.dtype == "float64" else np.dtype(it.dtype) if it.dtype != "bfloat16" else np.float32
-        lin = float(sum(np.sum(g * ((x + t * d).astype(np_dtype).astype(np.float64) - x))
-                        for g, x, d in zip(it.g, it.x, it.d)))
     it.line.points[t] = (phi - it.line.phi0, lin)
     it.line.evaluations += 1
 
