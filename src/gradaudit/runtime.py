@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import GradauditError, InternalError
+from .model import NumericResult
 from .progress import say
 from .results import AuditOptions, NumericPart, PrecisionPart, ProbePart, RuntimeResult, StageFailure, StaticResult
 
@@ -373,7 +374,7 @@ def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions
         if hasattr(item, "sources"):
             fields = {"sources": tuple(rename.get(n, n) for n in item.sources),
                       "outputs": tuple(rename.get(n, n) for n in item.outputs)}
-        elif hasattr(item, "checked_outputs"):  # a NumericResult: each output it checked, renamed
+        elif isinstance(item, NumericResult):  # each output it checked, renamed
             fields = {"source": rename.get(item.source, item.source), "outputs": item.outputs.renamed(rename)}
         else:
             fields = {"source": rename.get(item.source, item.source), "output": rename.get(item.output, item.output)}
