@@ -4,7 +4,8 @@ gate, runtime) -> Report`. Every rule of how one explains or judges the other is
 1. the static findings, then the numeric checks' findings;
 2. the stability probes judge the static hazard lints (confirmed: an error that says where; reached and not
    seen to fail: info; out of their reach: the lint's own severity, saying so), and add their own findings,
-   less the wrong gradients the checks already reported;
+   less the wrong gradients the checks already reported, and less the points where differentiating the model
+   raised for the reason it raised at the checks' own point (one cause, the checks' GA204: a note);
 3. the precision stage's findings;
 4. requested checks that could not run or decided nothing make the audit incomplete;
 5. a gradient mismatch on a pair that a static cut crosses is what the cut does (info, or a warning when a
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from .model import ALL_VARIABLES, Finding, LocalCheck, Note, NumericResult, OpRef, Report, Severity
-from .results import Gate, HazardVerdict, RuntimeResult, StaticResult
+from .results import Gate, HazardVerdict, RaisedAt, RuntimeResult, StaticResult
 from .rules import get_rule
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "double"})
@@ -50,6 +51,9 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
         numeric.extend(probes.numeric)
         findings = judge_hazards(findings, probes.verdicts) + not_yet_reported(findings, probes.findings)
         note("stability", probes.notes)
+        raised, same = raising_points(probes.raised, runtime.numeric.raised if runtime.numeric else None)
+        findings.extend(raised)
+        note("stability", same)
         if probes.stopped:
             incomplete.append(f"stability probes stopped: {probes.stopped}")
         _extend_once(incomplete, probes.incomplete)
@@ -75,6 +79,20 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
                                         f.op.op_name if f.op else "", f.message))
     return report
+
+
+def raising_points(raised: tuple[RaisedAt, ...], at_checks: str | None) -> tuple[list[Finding], list[str]]:
+    """The findings of the probe points where differentiating the model raised, and a note instead of each whose
+    reason is the one it raised for at the numeric checks' own point (`at_checks`: one cause, their GA204)."""
+    findings, notes = [], []
+    for r in raised:
+        if at_checks is not None and r.reason == at_checks:
+            notes.append(f"Stability probes: TensorFlow raises differentiating the model at {len(r.points)} probe "
+                         "point(s) for the reason it raises at the numeric checks' point (the missing-gradient "
+                         "finding): nothing else could be observed there.")
+        else:
+            findings.append(r.finding)
+    return findings, notes
 
 
 def _local(runtime: RuntimeResult) -> list[LocalCheck]:

@@ -119,7 +119,7 @@ def _numeric_options(options: AuditOptions):
 
 
 def _numeric_part(outcome) -> NumericPart:
-    return NumericPart(tuple(outcome.results), tuple(outcome.findings), tuple(outcome.notes))
+    return NumericPart(tuple(outcome.results), tuple(outcome.findings), tuple(outcome.notes), raised=outcome.raised)
 
 
 class _LocalMode:
@@ -220,7 +220,7 @@ def _stability_options(options: AuditOptions, local: bool = False):
 def _probe_part(outcome) -> ProbePart:
     return ProbePart(results=tuple(outcome.results), numeric=tuple(outcome.numeric), findings=tuple(outcome.findings),
                      verdicts=tuple(outcome.verdicts), notes=tuple(outcome.notes), stopped=outcome.stopped,
-                     incomplete=tuple(outcome.incomplete), local=tuple(outcome.local))
+                     incomplete=tuple(outcome.incomplete), local=tuple(outcome.local), raised=tuple(outcome.raised))
 
 
 def _probe_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None, local: bool = False):
@@ -389,7 +389,8 @@ def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions
     return replace(part, results=tuple(renamed(s) for s in part.results),
                    numeric=tuple(renamed(n) for n in part.numeric),
                    findings=tuple(renamed(f) for f in part.findings), verdicts=verdicts,
-                   local=tuple(replace(c, op=saved.op(c.op)) for c in part.local))
+                   local=tuple(replace(c, op=saved.op(c.op)) for c in part.local),
+                   raised=tuple(replace(r, finding=renamed(r.finding)) for r in part.raised))
 
 
 def _precision_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions) -> PrecisionPart:
