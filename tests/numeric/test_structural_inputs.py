@@ -61,32 +61,67 @@ def ragged_model(path: str) -> str:
     return _save(M(), path)
 
 
+def scatter_model(path: str) -> str:
+    """Rows a scatter update writes (last write wins), indexed by an integer input: with two equal rows one update
+    is lost from the forward while TensorFlow's gradient hands each update its part."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        def __init__(self):
+            self.t = tf.Variable(np.ones((6, 2), np.float32), name="t")
+
+        @tf.function(input_signature=[tf.TensorSpec([3], tf.int32), tf.TensorSpec([3, 2], tf.float32)])
+        def __call__(self, rows, v):
+            out = tf.tensor_scatter_nd_update(tf.identity(self.t) * 2.0, tf.expand_dims(rows, 1), tf.sin(v))
+            return {"y": out * out}
+
+    return _save(M(), path)
+
+
+def partition_model(path: str) -> str:
+    """Partition indices in [0, 3), the op's number of partitions."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([6], tf.float32), tf.TensorSpec([6], tf.int32)])
+        def __call__(self, x, part):
+            parts = tf.dynamic_partition(x, part, 3)
+            idx = tf.dynamic_partition(tf.range(6), part, 3)
+            return {"st": tf.dynamic_stitch(idx, [parts[0] * 2.0, tf.sin(parts[1]), parts[2] ** 2])}
+
+    return _save(M(), path)
+
+
 VALID = {
     "ctc": {"feats": np.random.default_rng(2).standard_normal((2, 4, 3)),
             "labels": np.array([[1, 2, 3, 4], [2, 1, 4, 3]]), "label_length": np.array([2, 3]),
             "logit_length": np.array([4, 4])},
     "segment": {"x": np.random.default_rng(3).standard_normal((4, 3)), "seg": np.array([0, 2, 1, 2])},
     "ragged": {"values": np.random.default_rng(4).standard_normal(5), "row_splits": np.array([0, 2, 5])},
+    "scatter": {"rows": np.array([4, 0, 2]), "v": np.random.default_rng(7).standard_normal((3, 2))},
+    "partition": {"x": np.random.default_rng(8).standard_normal(6), "part": np.array([0, 2, 1, 1, 0, 2])},
 }
-FLOAT = {"ctc": "feats", "segment": "x", "ragged": "values"}
+FLOAT = {"ctc": "feats", "segment": "x", "ragged": "values", "scatter": "v", "partition": "x"}
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("structural")
     return {name: recipe(str(root / name)) for name, recipe in
-            {"ctc": ctc_model, "segment": segment_model, "ragged": ragged_model}.items()}
+            {"ctc": ctc_model, "segment": segment_model, "ragged": ragged_model, "scatter": scatter_model,
+             "partition": partition_model}.items()}
 
 
-def _truth_agrees(path: str, name: str) -> bool:
-    """tf.GradientTape's gradient of a random projection with respect to the float input, at valid inputs,
-    against float64 central differences of the loaded model's forward."""
+def _truth_agrees(path: str, name: str, values: dict | None = None) -> bool:
+    """tf.GradientTape's gradient of a random projection with respect to the float input, at valid inputs (or
+    `values`), against float64 central differences of the loaded model's forward."""
     import tensorflow as tf
 
     obj = tf.saved_model.load(path)  # kept alive while its function runs
     fn = obj.signatures["serving_default"]
     specs = fn.structured_input_signature[1]
-    feed = {k: tf.constant(v, specs[k].dtype) for k, v in VALID[name].items()}
+    given = values or VALID[name]
+    feed = {k: tf.constant(v, specs[k].dtype) for k, v in given.items()}
     src = FLOAT[name]
     out = next(iter(fn(**feed).values()))
     u = np.random.default_rng(5).standard_normal(out.shape)
@@ -98,14 +133,14 @@ def _truth_agrees(path: str, name: str) -> bool:
     h = 2.0 ** -8
 
     def at(t):
-        moved = dict(feed, **{src: tf.constant(VALID[name][src] + t * d, specs[src].dtype)})
+        moved = dict(feed, **{src: tf.constant(given[src] + t * d, specs[src].dtype)})
         return float(np.sum(next(iter(fn(**moved).values())).numpy().astype(np.float64) * u))
 
     numeric = (at(h) - at(-h)) / (2 * h)
     return abs(numeric - float(np.sum(g * d))) <= 1e-2 * max(abs(numeric), 1e-6)
 
 
-@pytest.mark.parametrize("name", ["ctc", "segment"])
+@pytest.mark.parametrize("name", ["ctc", "segment", "scatter", "partition"])
 def test_inputs_the_ops_accept_are_synthesised_and_the_healthy_model_passes(built, name):
     from gradaudit.api import AuditOptions, audit_saved_model
 
@@ -137,5 +172,28 @@ def test_the_domains_read_from_the_graph(built):
                                                                 GradientOracle())).inputs.items()}
 
     assert kinds(built["segment"])["seg"] == ("segments", 3)
+    assert kinds(built["partition"])["part"] == ("partitions", 3)
     ctc = kinds(built["ctc"])
     assert ctc["logit_length"][0] == "length" and ctc["label_length"] == ("position", 5)
+
+
+def test_equal_rows_of_a_scatter_update_make_the_gradient_differ_so_the_synthesised_ones_are_distinct(built):
+    """The truth behind the scatter domain: at two equal rows TensorFlow's gradient is not the derivative; the
+    indices gradaudit synthesises for the model are distinct and inside the table."""
+    import tensorflow as tf
+
+    from gradaudit.flow import analyse
+    from gradaudit.graph.gradients import GradientOracle
+    from gradaudit.numeric.domains import infer
+    from gradaudit.numeric.inputs import synthesise
+    from gradaudit.results import AuditOptions
+    from gradaudit.targets.saved_model import SavedModelFile
+
+    assert not _truth_agrees(built["scatter"], "scatter", dict(VALID["scatter"], rows=np.array([1, 1, 3])))
+    model = SavedModelFile(built["scatter"], ("serve",))
+    domains = infer(analyse(model, model.signature("serving_default"), GradientOracle()))
+    assert domains.inputs["rows"].distinct is not None
+    specs = {"rows": tf.TensorSpec([3], tf.int32), "v": tf.TensorSpec([3, 2], tf.float32)}
+    for seed in range(5):
+        rows = synthesise(specs, AuditOptions(seed=seed), domains)["rows"]
+        assert len(set(rows.tolist())) == 3 and rows.min() >= 0 and rows.max() < 6, rows

@@ -8,7 +8,7 @@ masked recurrent model then outputs NaN), and N(0, 1) labels make TensorFlow's r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..graph.dataflow import METADATA_OPS
 from ..model import OpRef
@@ -21,6 +21,13 @@ DISTRIBUTION_LABELS = {"SoftmaxCrossEntropyWithLogits": 1}
 CLASS_LABELS = {"SparseSoftmaxCrossEntropyWithLogits": 1}
 # Op type -> the input that holds indices into the table at input 0.
 GATHERS = {"GatherV2": 1, "Gather": 1, "ResourceGather": 1, "GatherNd": 1, "ResourceGatherNd": 1}
+# Op type -> the input that holds the indices whose rows an update writes (last write wins): with two equal
+# indices one update is lost from the forward while TensorFlow's registered gradient still hands each its part,
+# so the gradient is the derivative only for distinct indices, the inputs such a model is made for.
+SCATTER_UPDATES = {"TensorScatterUpdate": 1, "ScatterNdUpdate": 1, "ResourceScatterNdUpdate": 1, "ScatterUpdate": 1,
+                   "ResourceScatterUpdate": 1}
+# Op type -> the input that holds partition indices, in [0, the op's number of partitions: its outputs).
+PARTITIONS = {"DynamicPartition": 1}
 # Keys of a lookup table: the values it returns say nothing about the keys' range, which is the table's
 # content (not read here): such an input keeps 0, as before.
 LOOKUPS = {"LookupTableFind", "LookupTableFindV2"}
@@ -46,13 +53,21 @@ COUNT_HIGH = 5  # integers whose use is unknown: [1, 5)
 @dataclass(frozen=True)
 class InputDomain:
     kind: str  # "ids" | "classes" | "count" | "index" | "distribution" | "length" | "position" | "segments"
+    # | "partitions"
     # ids in [1, high): the size of the table indexed; classes in [0, high); segment ids in [0, high) (None:
-    # sorted ids, all 0)
+    # sorted ids, all 0); partition indices in [0, high)
     high: int | None = None
     padded: bool = False  # a mask reads the input: a little padding (0) is part of its domain
     op: OpRef | None = None  # the op that tells the domain (the gather, the loss)
+    distinct: OpRef | None = None  # a scatter update writes the rows these index: no two of them equal
 
     def describe(self) -> str:
+        said = self._described()
+        if self.distinct is not None:
+            said += f"; distinct, as {self.distinct.op_type} '{self.distinct.op_name}' writes the rows they index"
+        return said
+
+    def _described(self) -> str:
         if self.kind == "ids":
             return (f"token ids in [1, {self.high})" + (" with some padding (0)" if self.padded else "")
                     + (f", the rows of the table {self.op.op_type} '{self.op.op_name}' reads" if self.op else ""))
@@ -69,6 +84,9 @@ class InputDomain:
         if self.kind == "position":
             return (f"1, a position in [0, {self.high}) along the axis of {self.op.op_type} '{self.op.op_name}' (the "
                     "shortest length that is not empty)" if self.op else f"1, a position in [0, {self.high})")
+        if self.kind == "partitions":
+            return f"partition indices in [0, {self.high})" + (f" of {self.op.op_type} '{self.op.op_name}'"
+                                                               if self.op else "")
         if self.kind == "segments":
             where = f" of {self.op.op_type} '{self.op.op_name}'" if self.op else ""
             return (f"segment ids in [0, {self.high}){where}" if self.high else f"sorted segment ids (all 0){where}")
@@ -230,9 +248,16 @@ class _IntegerUses:
     length: OpRef | None = None
     segments: InputDomain | None = None
     position: InputDomain | None = None
+    distinct: OpRef | None = None  # a scatter update writing the rows they index
 
     def domain(self) -> InputDomain:
-        """The domain they tell, in order of precedence."""
+        """The domain they tell, in order of precedence; indices a scatter update writes are distinct."""
+        found = self._domain()
+        if self.distinct is not None and found.kind in ("ids", "count", "index"):
+            return replace(found, distinct=self.distinct)
+        return found
+
+    def _domain(self) -> InputDomain:
         if self.segments is not None:
             return self.segments
         if self.length is not None and self.high is None:
@@ -274,6 +299,11 @@ def _read_by(g, node, i: int, x: int, variable_shapes: dict, uses: _IntegerUses)
         uses.unknown_table = True
     elif op in SEGMENTS and SEGMENTS[op][0] == i:
         _segments(g, node, uses)
+    elif PARTITIONS.get(op) == i:
+        uses.segments = uses.segments or InputDomain("partitions", high=len(node.outputs), op=node.ref)
+    elif SCATTER_UPDATES.get(op) == i:
+        uses.distinct = uses.distinct or node.ref
+        _gathered(g, node, variable_shapes, uses)
     elif op == "OneHot" and i == 0:  # a position along an axis of `depth` (CTC's label lengths)
         _position(g, node, uses)
     elif op in COMPARES and any(_from_range(g, y) for y, _ in node.inputs if y != x):
@@ -318,7 +348,7 @@ def _classes(g, node, uses: _IntegerUses) -> None:
 
 def _gathered(g, node, variable_shapes: dict, uses: _IntegerUses) -> None:
     """Indices into the table at input 0: below its rows, the smallest table's; unknown rows: an index."""
-    rows = _table_rows(g, node.inputs[0][0], variable_shapes)
+    rows = _table_rows(g, node.inputs[0][0], variable_shapes, saved=_along_first_dim(g, node))
     if rows is None:
         uses.unknown_table = True
     elif uses.high is None or rows < uses.high:
@@ -344,6 +374,15 @@ def _from_range(g, t: int) -> bool:
     return False
 
 
+def _first_dim(g, t: int) -> int | None:
+    """The first dimension of tensor `t` as saved with the graph, None when unknown."""
+    shape = g.shape.get(t)
+    dims = list(getattr(shape, "dim", ()))
+    if not dims or getattr(shape, "unknown_rank", False) or dims[0].size < 1:
+        return None
+    return int(dims[0].size)
+
+
 def _last_dim(g, t: int) -> int | None:
     """The last dimension of tensor `t` as saved with the graph (`_output_shapes`), None when unknown."""
     shape = g.shape.get(t)
@@ -353,12 +392,24 @@ def _last_dim(g, t: int) -> int | None:
     return int(dims[-1].size)
 
 
-def _table_rows(g, params: int, variable_shapes: dict) -> int | None:
-    """Rows of the table a gather reads: a captured variable (directly, or through ReadVariableOp)."""
+def _along_first_dim(g, node) -> bool:
+    """Whether the op's indices index its table's first dimension: the N-d gathers and scatters (their first
+    coordinates), Gather, and GatherV2 with a constant axis 0."""
+    op = node.ref.op_type
+    if op == "GatherV2":
+        return len(node.inputs) > 2 and g.const_value.get(node.inputs[2][0]) == 0.0
+    return op != "ResourceGather"
+
+
+def _table_rows(g, params: int, variable_shapes: dict, saved: bool = False) -> int | None:
+    """Rows of the table a gather reads: a captured variable (directly, or through ReadVariableOp), or, with
+    `saved`, a tensor whose first dimension is saved with the graph."""
     for _ in range(8):
         shape = variable_shapes.get(params)
         if shape:
             return shape[0]
+        if saved and (rows := _first_dim(g, params)) is not None:
+            return rows
         src = g.aliased_from.get(params)
         if src and len(src) == 1:
             params = src[0]

@@ -125,6 +125,18 @@ def _synthesised(spec, shape: tuple[int, ...], domain, rng: np.random.Generator)
     return np.zeros(shape, dtype=np_dtype)
 
 
+def _distinct(domain, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Indices no two of which are equal (rows a scatter update writes), in [1, high) for token ids, in [0, high)
+    otherwise, or the smallest such values when the table's size is unknown; with replacement only where the
+    table has fewer rows than the indices asked for (the model cannot be given distinct ones then)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    low = 1 if domain.kind in ("ids", "count") else 0
+    high = domain.high if domain.high else low + size
+    if high - low < size:
+        return rng.integers(low, max(high, low + 1), size=shape)
+    return rng.permutation(np.arange(low, high))[:size].reshape(shape)
+
+
 def _integers(domain, shape: tuple[int, ...], rng: np.random.Generator, np_dtype) -> np.ndarray:
     """An integer input for its domain: class labels, lengths and positions, segment ids, token ids and counts;
     zeros for an index into a table of unknown size."""
@@ -132,7 +144,9 @@ def _integers(domain, shape: tuple[int, ...], rng: np.random.Generator, np_dtype
         return rng.integers(0, domain.high, size=shape).astype(np_dtype)
     if domain.kind in ("length", "position"):
         return np.full(shape, min(1, (domain.high or 2) - 1), dtype=np_dtype)
-    if domain.kind == "segments":
+    if domain.distinct is not None:
+        return _distinct(domain, shape, rng).astype(np_dtype)
+    if domain.kind in ("segments", "partitions"):
         return (rng.integers(0, domain.high, size=shape) if domain.high
                 else np.zeros(shape, dtype=np.int64)).astype(np_dtype)
     if domain.kind != "index":
