@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .model import ALL_VARIABLES, Finding, LocalCheck, Note, NumericResult, OpRef, Report, Severity
+from .model import ALL_VARIABLES, Finding, FlowEntry, LocalCheck, Note, NumericResult, OpRef, Report, Severity
 from .results import Gate, HazardVerdict, NumericPart, RaisedAt, RuntimeResult, StaticResult
 from .rules import get_rule
 
@@ -77,7 +77,7 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
         floats = tuple(o.name for o in report.outputs if o.dtype in FLOAT_DTYPES)
         partial = frozenset((f.source, c.op) for f in report.flow for c in f.partial_by)
         explained, rows = explain_mismatches(report.findings, report.numeric, variables, floats, partial)
-        report = replace(report, findings=explained, numeric=rows)
+        report = replace(report, findings=unseen_parts(explained, report.flow, rows, variables), numeric=rows)
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
                                         f.op.op_name if f.op else "", f.message))
     return report
@@ -96,6 +96,41 @@ def foreseen_raise(findings: list[Finding], part: NumericPart, static: StaticRes
     confirmed = [replace(f, confirmed_by=evidence, message=f"{f.message}. Confirmed at run time: {evidence}")
                  if f in cause else f for f in findings]
     return [*confirmed, *(f for f in part.findings if f.rule != "missing-gradient")]
+
+
+def unseen_parts(findings: list[Finding], flow: list[FlowEntry], rows: list[NumericResult],
+                 variables: set[str]) -> list[Finding]:
+    """A cut the static pass warns about because it leaves one path's part out of a connected pair's gradient
+    (the op's gradient is missing for that input), where the numeric check of every such pair passed at the
+    checks' own point: the part is not seen there (zero, as through `0 * x`, or below the check's resolution).
+    Info then, with the checks that say so as its evidence (`probed`)."""
+    partial: dict[OpRef, set[tuple[str, str]]] = {}
+    blocking: set[OpRef] = set()
+    for e in flow:
+        for c in e.partial_by:
+            partial.setdefault(c.op, set()).add((e.source, e.output))
+        blocking.update(c.op for c in e.blocked_by)
+
+    def passed(source: str, output: str) -> NumericResult | None:
+        return next((n for n in rows if n.scale is None and n.status == "pass" and not n.expected_by
+                     and (n.source == source or (n.source == ALL_VARIABLES and source in variables))
+                     and (n.outputs.every or output in n.outputs.names)), None)
+
+    out = []
+    for f in findings:
+        pairs = partial.get(f.op) if f.op is not None and f.severity is Severity.WARNING else None
+        checks = [passed(s, o) for s, o in sorted(pairs)] if pairs and f.op not in blocking else []
+        if not checks or any(c is None for c in checks):
+            out.append(f)
+            continue
+        said = "; ".join(dict.fromkeys(
+            f"{c.source} to {c.outputs.label}: rel. error {c.rel_error:.1e} in {c.dtype}" if c.rel_error is not None
+            else f"{c.source} to {c.outputs.label}" for c in checks if c is not None))
+        evidence = f"the numeric checks at the synthesised point agree with the derivative ({said})"
+        out.append(replace(f, severity=Severity.INFO, probed=evidence, message=(
+            f"{f.message}. Not seen by the numeric checks: {evidence}, so the part this path leaves out is zero "
+            "there or below their resolution")))
+    return out
 
 
 def raising_points(raised: tuple[RaisedAt, ...], at_checks: str | None) -> tuple[list[Finding], list[str]]:
@@ -211,6 +246,17 @@ def _custom_gradient_beside(findings: list[Finding], mismatch: Finding, cut: Fin
     return None
 
 
+def _missed_part_measured(cut: Finding, measurement: str) -> Finding:
+    """A cut the static pass warned leaves out a real part of a pair's gradient (an op whose derivative
+    TensorFlow does not implement for that input, not a piecewise-constant one), where the numeric checks measure
+    that part missing: an error, the measurement its evidence (`confirmed_by`). The mismatch it explains is info,
+    naming it: one cause, one error. A deliberate cut (stop_gradient) and a zero-derivative one stay as they are."""
+    if cut.rule != "not-differentiable" or cut.severity is not Severity.WARNING:
+        return cut
+    evidence = f"the numeric checks measure the part it leaves out: {measurement}"
+    return replace(cut, severity=Severity.ERROR, confirmed_by=evidence, message=f"{cut.message}. Confirmed: {evidence}")
+
+
 def _measurement(f: Finding) -> str:
     """A finding's message without its advice on where to look (`advice`, the message's last part)."""
     if f.advice and f.message.endswith(f.advice):
@@ -264,11 +310,15 @@ def explain_mismatches(findings: list[Finding], numeric: list[NumericResult], va
         return None
 
     out_findings = []
+    measured: dict[OpRef, str] = {}  # a cut's op -> the mismatch it explains, as measured
     for f in findings:
         cut = cut_for(f.sources[0], f.outputs) if (
             f.rule == "gradient-mismatch" and f.sources and f.severity == Severity.ERROR
             and not f.confirmed_by) else None
+        if cut is not None and cut.op is not None:
+            measured.setdefault(cut.op, _measurement(f).rstrip(". "))
         out_findings.append(_explained(f, cut, findings) if cut is not None else f)
+    out_findings = [_missed_part_measured(f, measured[f.op]) if f.op in measured else f for f in out_findings]
     out_numeric = []
     for n in numeric:
         cut = cut_for(n.source, n.checked_outputs) if n.status == "fail" and n.expected_by is None else None

@@ -295,6 +295,23 @@ def _read_by(g, node, i: int, x: int, variable_shapes: dict, uses: _IntegerUses)
     op = node.ref.op_type
     if op in METADATA_OPS:  # its shape, not its values
         return []
+    if _indexes(g, node, i, variable_shapes, uses):
+        return []
+    if op == "OneHot" and i == 0:  # a position along an axis of `depth` (CTC's label lengths)
+        _position(g, node, uses)
+    elif op in COMPARES and any(_from_range(g, y) for y, _ in node.inputs if y != x):
+        uses.length = uses.length or node.ref
+    elif op in MASKS and _compared_with_zero(g, node, x):
+        uses.padded = True
+    elif op not in MASKS:
+        return [o for o in node.outputs if g.dtype[o] in _INTEGER]
+    return []
+
+
+def _indexes(g, node, i: int, variable_shapes: dict, uses: _IntegerUses) -> bool:
+    """Whether `node` reads its input `i` as indices (table keys, segment ids, partitions, rows a scatter
+    writes, class labels, rows a gather reads), noting in `uses` what they are bounded by."""
+    op = node.ref.op_type
     if op in LOOKUPS:
         uses.unknown_table = True
     elif op in SEGMENTS and SEGMENTS[op][0] == i:
@@ -304,19 +321,13 @@ def _read_by(g, node, i: int, x: int, variable_shapes: dict, uses: _IntegerUses)
     elif SCATTER_UPDATES.get(op) == i:
         uses.distinct = uses.distinct or node.ref
         _gathered(g, node, variable_shapes, uses)
-    elif op == "OneHot" and i == 0:  # a position along an axis of `depth` (CTC's label lengths)
-        _position(g, node, uses)
-    elif op in COMPARES and any(_from_range(g, y) for y, _ in node.inputs if y != x):
-        uses.length = uses.length or node.ref
     elif CLASS_LABELS.get(op) == i:
         _classes(g, node, uses)
     elif GATHERS.get(op) == i:
         _gathered(g, node, variable_shapes, uses)
-    elif op in MASKS and _compared_with_zero(g, node, x):
-        uses.padded = True
-    elif op not in MASKS:
-        return [o for o in node.outputs if g.dtype[o] in _INTEGER]
-    return []
+    else:
+        return False
+    return True
 
 
 def _segments(g, node, uses: _IntegerUses) -> None:
