@@ -28,7 +28,8 @@ def test_a_report_round_trips_through_json(static_report):
     assert report.findings and report.flow and report.paths  # every nested kind is in it
     report = Report(**{**report.__dict__, "numeric": [NumericResult("x", CheckedOutputs(("y",)), "fail", float("nan"),
                                                                      1e-3, "float64", 4, order=2),
-                                                       NumericResult("*", EVERY_OUTPUT, "skipped", None, None, None, 0),
+                                                       NumericResult("*", EVERY_OUTPUT, "skipped", None, None, None, 0,
+                                                                     every_source=True),
                                                        NumericResult("w", CheckedOutputs(("y", "z")), "pass", 0.0,
                                                                      1e-3, "float64", 3)],
                        "stability": [StabilityResult("x", "y", -600.0, "ok", reported=None)],

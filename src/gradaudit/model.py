@@ -16,6 +16,9 @@ TargetKind = Literal["saved_model", "python", "keras"]
 
 # the `source` of a numeric check of the trainable variables together
 ALL_VARIABLES = "*"
+# the `source` of a numeric row that stands for every source at once: the checks did not run (skipped before any
+# source was taken, or stopped on an error). The JSON report writes "*" for both; such a row has `every_source`
+EVERY_SOURCE = "*"
 
 
 class Severity(str, enum.Enum):
@@ -231,6 +234,8 @@ class NumericResult:
     evidence: str | None = None
     # the op with a kink on the path between the source and the output that the evidence names ("Relu 'r'")
     kink_op: str | None = None
+    # a row for every source at once (`source` EVERY_SOURCE), never the variables' combined check (ALL_VARIABLES)
+    every_source: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = {"source": self.source, "output": self.outputs.label, "status": self.status,
@@ -244,11 +249,15 @@ class NumericResult:
             d["evidence"] = self.evidence
         if self.kink_op:
             d["kink_op"] = self.kink_op
+        if self.every_source:
+            d["every_source"] = True
         return d
 
     def __post_init__(self) -> None:
         if not isinstance(self.outputs, CheckedOutputs):  # a string label where the value belongs
             raise TypeError(f"NumericResult.outputs: expected CheckedOutputs, got {type(self.outputs).__name__}")
+        if self.every_source and self.source != EVERY_SOURCE:
+            raise ValueError(f"NumericResult: a row for every source has source {EVERY_SOURCE!r}, not {self.source!r}")
 
     @property
     def checked_outputs(self) -> tuple[str, ...]:

@@ -148,12 +148,13 @@ def undecided_sources(report: Report) -> list[str]:
     (pass, fail, or a difference a named cut or sampler explains): inconclusive everywhere, or not reported."""
     if not report.numeric or all(n.status == "error" for n in report.numeric):
         return []
+    every = {s.name for s in report.sources}
     variables = {s.name for s in report.sources if s.kind == "variable"}
     connected = {e.source for e in report.flow if e.status == "connected"}
     decided: set[str] = set()
     checked: set[str] = set()
-    for n in report.numeric:
-        names = variables if n.source == ALL_VARIABLES else {n.source}
+    for n in report.numeric:  # a row for every source at once (skipped, error) is not the variables' check
+        names = every if n.every_source else variables if n.source == ALL_VARIABLES else {n.source}
         if n.status != "skipped":
             checked |= names
         if n.status in ("pass", "fail") or n.expected_by:
