@@ -13,6 +13,8 @@ FlowStatus = Literal["connected", "blocked", "disconnected", "unknown"]
 CheckStatus = Literal["pass", "fail", "inconclusive", "skipped", "error"]
 ProbeStatus = Literal["ok", "nonfinite_gradient", "nonfinite_forward"]
 TargetKind = Literal["saved_model", "python", "keras"]
+# the stage that wrote a note (results.Stage), or "" in a JSON report read back that does not say
+NoteStage = Literal["static", "numeric", "stability", "precision", ""]
 
 # the `source` of a numeric check of the trainable variables together
 ALL_VARIABLES = "*"
@@ -420,7 +422,7 @@ class Note:
     """What a stage could not check, and why: one line, with the stage that wrote it ("static", "numeric",
     "stability", "precision"; "" in a JSON report read back that does not say)."""
 
-    stage: str  # a results.Stage; a plain str so that the wire checks it as one
+    stage: NoteStage
     text: str
 
 

@@ -34,28 +34,28 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
     notes: list[Note] = list(static.notes)
     incomplete: list[str] = list(gate.reasons)
 
-    def note(stage: str, lines: Iterable[str]) -> None:
+    def note(made: Iterable[Note]) -> None:  # each line once, with the stage that wrote it first
         seen = {n.text for n in notes}
-        for line in lines:
-            if line not in seen:
-                notes.append(Note(stage, line))
-                seen.add(line)
+        for n in made:
+            if n.text not in seen:
+                notes.append(n)
+                seen.add(n.text)
 
     if runtime.numeric is not None:
         numeric.extend(runtime.numeric.results)
         findings.extend(runtime.numeric.findings)
-        note("numeric", runtime.numeric.notes)
+        note(runtime.numeric.notes)
     probes = runtime.probes
     if probes is not None:
         numeric.extend(probes.numeric)
         findings = judge_hazards(findings, probes.verdicts) + not_yet_reported(findings, probes.findings)
-        note("stability", probes.notes)
+        note(probes.notes)
         if probes.stopped:
             incomplete.append(f"stability probes stopped: {probes.stopped}")
         _extend_once(incomplete, probes.incomplete)
     if runtime.precision is not None:
         findings.extend(runtime.precision.findings)
-        note("precision", runtime.precision.notes)
+        note(runtime.precision.notes)
         incomplete.extend(runtime.precision.incomplete)
     if runtime.stopped:
         incomplete.append(runtime.stopped)
