@@ -261,11 +261,6 @@ class NumericResult:
         if self.every_source and self.source != EVERY_SOURCE:
             raise ValueError(f"NumericResult: a row for every source has source {EVERY_SOURCE!r}, not {self.source!r}")
 
-    @property
-    def checked_outputs(self) -> tuple[str, ...]:
-        """The outputs the check projected together by name; () for every float output."""
-        return self.outputs.names
-
 
 @dataclass(frozen=True)
 class StabilityResult:

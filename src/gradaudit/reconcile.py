@@ -237,7 +237,7 @@ def explain_mismatches(findings: list[Finding], numeric: list[NumericResult], va
         out_findings.append(_explained(f, cut, findings) if cut is not None else f)
     out_numeric = []
     for n in numeric:
-        cut = cut_for(n.source, n.checked_outputs) if n.status == "fail" and n.expected_by is None else None
+        cut = cut_for(n.source, n.outputs.names) if n.status == "fail" and n.expected_by is None else None
         if cut is not None and cut.op is not None:
             # a sampler's estimator cannot be judged by differences at a fixed seed: inconclusive, not a fail
             n = replace(n, status="inconclusive" if cut.rule == "sampler-gradient" else n.status,
