@@ -1,10 +1,13 @@
 """The one place where what the static pass found meets what running the model measured: `reconcile(static,
 gate, runtime) -> Report`. Every rule of how one explains or judges the other is here, in this order:
 
-1. the static findings, then the numeric checks' findings;
+1. the static findings, then the numeric checks' findings (where differentiating the loaded model raised as the
+   static pass foresaw, the static finding of the op that makes it raise records TensorFlow's error and the
+   checks' GA204 is left out: one cause, one finding);
 2. the stability probes judge the static hazard lints (confirmed: an error that says where; reached and not
    seen to fail: info; out of their reach: the lint's own severity, saying so), and add their own findings,
-   less the wrong gradients the checks already reported;
+   less the wrong gradients the checks already reported, and less the points where differentiating the model
+   raised for the reason it raised at the checks' own point (one cause, the checks' GA204: a note);
 3. the precision stage's findings;
 4. requested checks that could not run or decided nothing make the audit incomplete;
 5. a gradient mismatch on a pair that a static cut crosses is what the cut does (info, or a warning when a
@@ -20,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from .model import ALL_VARIABLES, Finding, LocalCheck, Note, NumericResult, OpRef, Report, Severity
-from .results import Gate, HazardVerdict, RuntimeResult, StaticResult
+from .results import Gate, HazardVerdict, NumericPart, RaisedAt, RuntimeResult, StaticResult
 from .rules import get_rule
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "double"})
@@ -43,13 +46,16 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
 
     if runtime.numeric is not None:
         numeric.extend(runtime.numeric.results)
-        findings.extend(runtime.numeric.findings)
+        findings = foreseen_raise(findings, runtime.numeric, static)
         note(runtime.numeric.notes)
     probes = runtime.probes
     if probes is not None:
         numeric.extend(probes.numeric)
         findings = judge_hazards(findings, probes.verdicts) + not_yet_reported(findings, probes.findings)
         note(probes.notes)
+        raised, same = raising_points(probes.raised, runtime.numeric.raised if runtime.numeric else None)
+        findings.extend(raised)
+        note(same)
         if probes.stopped:
             incomplete.append(f"stability probes stopped: {probes.stopped}")
         _extend_once(incomplete, probes.incomplete)
@@ -75,6 +81,35 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
                                         f.op.op_name if f.op else "", f.message))
     return report
+
+
+def foreseen_raise(findings: list[Finding], part: NumericPart, static: StaticResult) -> list[Finding]:
+    """The static findings and the numeric checks' findings, where differentiating the loaded model raised as the
+    static pass said it would (pairs `raises`: an op whose gradient raises or is missing makes TensorFlow refuse
+    the whole signature's backward): one cause, so the static finding of that op records the run's evidence
+    (`confirmed_by`, TensorFlow's reason) and the checks' GA204 is left out (their note says it too)."""
+    raising = {c.op for e in static.flow if e.raises for c in e.blocked_by}
+    cause = [f for f in findings if f.op in raising and f.severity is Severity.ERROR]
+    if part.raised is None or not cause:
+        return [*findings, *part.findings]
+    evidence = f"differentiating the loaded model raises at the numeric checks' point: {part.raised}"
+    confirmed = [replace(f, confirmed_by=evidence, message=f"{f.message}. Confirmed at run time: {evidence}")
+                 if f in cause else f for f in findings]
+    return [*confirmed, *(f for f in part.findings if f.rule != "missing-gradient")]
+
+
+def raising_points(raised: tuple[RaisedAt, ...], at_checks: str | None) -> tuple[list[Finding], list[Note]]:
+    """The findings of the probe points where differentiating the model raised, and a note instead of each whose
+    reason is the one it raised for at the numeric checks' own point (`at_checks`: one cause, their GA204)."""
+    findings, notes = [], []
+    for r in raised:
+        if at_checks is not None and r.reason == at_checks:
+            notes.append(Note("stability", f"Stability probes: TensorFlow raises differentiating the model at "
+                              f"{len(r.points)} probe point(s) for the reason it raises at the numeric checks' point "
+                              "(the missing-gradient finding): nothing else could be observed there."))
+        else:
+            findings.append(r.finding)
+    return findings, notes
 
 
 def _local(runtime: RuntimeResult) -> list[LocalCheck]:

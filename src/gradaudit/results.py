@@ -128,9 +128,21 @@ class NumericPart:
     findings: tuple[Finding, ...] = ()
     notes: tuple[Note, ...] = ()  # each the numeric stage's
     local: tuple[LocalCheck, ...] = ()  # the local checks that decided them (a large model), or ran before them
+    # TensorFlow's reason when differentiating the loaded model raised at the checks' point (GA204 says it)
+    raised: str | None = None
 
     def __post_init__(self) -> None:
         _notes_of(self, "numeric")
+
+
+@dataclass(frozen=True)
+class RaisedAt:
+    """The probe points where TensorFlow raised, for one reason, when it differentiated the model there, and the
+    finding that says so (reconcile adds it unless the numeric checks already found that reason at their point)."""
+
+    reason: str  # TensorFlow's reason (numeric.runner.describe), as the numeric checks say theirs
+    points: tuple[str, ...]
+    finding: Finding
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,7 @@ class ProbePart:
     stopped: str | None = None  # TensorFlow's reason when running the model stopped the probes
     incomplete: tuple[str, ...] = ()
     local: tuple[LocalCheck, ...] = ()  # the local checks at probe points (a large model's, instead of whole-model)
+    raised: tuple[RaisedAt, ...] = ()  # points where differentiating the model raised, by reason
 
     def __post_init__(self) -> None:
         _notes_of(self, "stability")

@@ -133,7 +133,8 @@ def _notes(stage: Stage, lines: Iterable[str]) -> tuple[Note, ...]:
 
 
 def _numeric_part(outcome) -> NumericPart:
-    return NumericPart(tuple(outcome.results), tuple(outcome.findings), _notes("numeric", outcome.notes))
+    return NumericPart(tuple(outcome.results), tuple(outcome.findings), _notes("numeric", outcome.notes),
+                       raised=outcome.raised)
 
 
 class _LocalMode:
@@ -235,7 +236,8 @@ def _stability_options(options: AuditOptions, local: bool = False):
 def _probe_part(outcome) -> ProbePart:
     return ProbePart(results=tuple(outcome.results), numeric=tuple(outcome.numeric), findings=tuple(outcome.findings),
                      verdicts=tuple(outcome.verdicts), notes=_notes("stability", outcome.notes),
-                     stopped=outcome.stopped, incomplete=tuple(outcome.incomplete), local=tuple(outcome.local))
+                     stopped=outcome.stopped, incomplete=tuple(outcome.incomplete), local=tuple(outcome.local),
+                     raised=tuple(outcome.raised))
 
 
 def _probe_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None, local: bool = False):
@@ -404,7 +406,8 @@ def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions
     return replace(part, results=tuple(renamed(s) for s in part.results),
                    numeric=tuple(renamed(n) for n in part.numeric),
                    findings=tuple(renamed(f) for f in part.findings), verdicts=verdicts,
-                   local=tuple(replace(c, op=saved.op(c.op)) for c in part.local))
+                   local=tuple(replace(c, op=saved.op(c.op)) for c in part.local),
+                   raised=tuple(replace(r, finding=renamed(r.finding)) for r in part.raised))
 
 
 def _precision_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions) -> PrecisionPart:

@@ -61,18 +61,36 @@ def test_the_tape_raises_a_bare_assertion_in_tensorflows_cond_gradient(model):
 
 
 def test_the_audit_says_what_tensorflow_raised_and_where(model):
+    """The tape on the loaded model raises: the model cannot be differentiated once loaded, which is a finding
+    (GA204, an error), said once: the probes raising for the same reason at every point are a note, not a GA310."""
     exc = _tape_error(model)
     last = traceback.extract_tb(exc.__traceback__)[-1]
     report = audit_saved_model(model, AuditOptions())
-    assert report.verdict() == "incomplete"
-    [row] = [r for r in report.numeric if r.status == "error"]
-    texts = [row.reason or "", *report.incomplete]
-    assert len(report.incomplete) == 2
+    assert report.verdict() == "fail"
+    [missing] = [f for f in report.findings if f.code == "GA204"]
+    assert set(missing.sources) == {"x", "w"}
+    assert not [f for f in report.findings if f.code == "GA310"], [f.message for f in report.findings]
+    assert {r.status for r in report.numeric if r.scale is None} == {"error"}
+    texts = [missing.message, *(r.reason or "" for r in report.numeric if r.status == "error"), *report.incomplete]
     for text in texts:
         assert "AssertionError: AssertionError" not in text
         assert (f"AssertionError (without a message) from TensorFlow's cond_v2.py:{last.lineno} _resolve_grad_inputs"
                 in text), text
         assert "building the gradient of op 'cond' (If)" in text, text
+
+
+def test_an_exception_gradaudit_raises_itself_is_not_the_models_fault(model, monkeypatch):
+    """Only what TensorFlow raises while differentiating becomes the model's GA204: an `assert` failing in
+    gradaudit's own code is gradaudit's failure, said to be one."""
+    from gradaudit.errors import InternalError
+    from gradaudit.numeric import runner
+
+    def own_bug(self, inputs, u):
+        raise AssertionError
+
+    monkeypatch.setattr(runner.Runner, "_gradient_impl", own_bug)
+    with pytest.raises(InternalError, match="numeric checks"):
+        audit_saved_model(model, AuditOptions())
 
 
 def test_an_exception_without_a_message_or_traceback_is_named_once():

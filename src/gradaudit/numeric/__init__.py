@@ -35,6 +35,7 @@ class NumericOutcome:
     findings: list[Finding]
     notes: list[str]  # what could not be checked and why, shown in the report
     stopped: str | None = None  # TensorFlow's reason when the model could not be loaded, run or differentiated
+    raised: str | None = None  # that reason when it was differentiating the loaded model that raised
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import raised_by_tensorflow
 from .savedmodel import SavedModelInfo, checkpoint_values
 from .upcast import write_float64_copy
 
@@ -235,7 +236,10 @@ class Runner:
 
         try:
             out, g_in, g_var = self._gradient(self.inputs, {o: tf.constant(u[o]) for o in self.float_outputs})
-        except (LookupError, tf.errors.OpError, ValueError, TypeError) as exc:
+        except Exception as exc:  # TensorFlow refusing to differentiate the model, in whatever words it uses
+            if not isinstance(exc, (LookupError, tf.errors.OpError, ValueError, TypeError)) and not (
+                    raised_by_tensorflow(exc)):  # e.g. a failed `assert` in cond_v2's gradient of a loaded If
+                raise
             raise ModelError(describe(exc), "gradient") from exc
         return {k: np.asarray(v) for k, v in out.items()}, g_in, g_var
 

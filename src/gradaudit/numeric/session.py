@@ -216,7 +216,7 @@ def _with_precision(outcome: NumericOutcome, why: str | None, notes: list[str]) 
     """Every check that ran says which precision it used and why."""
     results = [replace(r, precision_reason=why) if r.dtype is not None and r.precision_reason is None else r
                for r in outcome.results]
-    return NumericOutcome(results, outcome.findings, notes + outcome.notes)
+    return replace(outcome, results=results, notes=notes + outcome.notes)
 
 
 def run_function_session(fn, task: NumericTask, variable_names: dict[int, Any] | None,
@@ -363,7 +363,8 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
         if use64:
             raise _Float64Failed(f"the float64 copy does not run: {exc}", str(exc)) from exc
         failed = _model_error(exc, groups, plan, dtype, _synthesised_structure(plan, options))
-        return NumericOutcome(results + failed.results, failed.findings, notes + failed.notes, stopped=failed.stopped)
+        return NumericOutcome(results + failed.results, failed.findings, notes + failed.notes, stopped=failed.stopped,
+                              raised=failed.raised)
     return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
 
 
@@ -437,4 +438,5 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
     errors = [NumericResult(source=g.source, outputs=CheckedOutputs.of(g.outputs, plan.float_outputs), status="error",
                             rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason)
               for g in groups]
-    return NumericOutcome(errors, [finding] if finding else [], notes, stopped=str(exc))
+    return NumericOutcome(errors, [finding] if finding else [], notes, stopped=str(exc),
+                          raised=str(exc) if exc.stage == "gradient" else None)

@@ -119,7 +119,9 @@ MissingGradient = define(
     ## What it does
     Reports sources for which the static pass found a gradient path to an output, but
     `tape.gradient` returns `None` (or raises) when the loaded model is differentiated, while
-    finite differences show that the outputs do change with the source.
+    finite differences show that the outputs do change with the source. Where the static pass
+    already found the op that makes TensorFlow raise (GA101, GA110), that finding records the
+    run's error (`confirmed_by`) instead: one cause, one finding.
 
     ## Why is this bad?
     Keras warns "Gradients do not exist for variables ..." and training leaves those

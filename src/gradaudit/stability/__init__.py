@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from ..model import Finding, LocalCheck, NumericResult, StabilityResult
 from ..numeric import NumericOptions
-from ..results import HazardVerdict
+from ..results import HazardVerdict, RaisedAt
 from .probes import DEFAULT_SCALES
 
 __all__ = ["DEFAULT_SCALES", "StabilityOptions", "StabilityOutcome", "run_stability"]
@@ -40,6 +40,7 @@ class StabilityOutcome:
     # what the probes saw of the static hazard lints (reconcile.judge_hazards applies it)
     verdicts: list[HazardVerdict] = field(default_factory=list)
     local: list[LocalCheck] = field(default_factory=list)  # the local checks at probe points
+    raised: list[RaisedAt] = field(default_factory=list)  # where differentiating the model raised, by reason
 
 
 def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysis,
@@ -162,7 +163,7 @@ def _ladder(prober, analysis, options: StabilityOptions, outcome: StabilityOutco
                              f"tried ({len(ladder.raised)}), as the static pass found ({cut} has no usable "
                              "gradient): nothing else could be observed.")
     else:
-        outcome.findings.extend(_raising_points(ladder.raised, plan, analysis))
+        outcome.raised.extend(_raising_points(ladder.raised, plan, analysis))
     outcome.incomplete.append(
         f"stability probes could not differentiate the model at {len(ladder.raised)} probe point(s) "
         f"(first: {ladder.raised[0][0]}: {ladder.raised[0][1]}): nothing was observed there")
@@ -183,10 +184,10 @@ def probe_start(loads, analysis, numeric: NumericOptions):
     return plan, synthesise(plan.specs, n, plan.domains)
 
 
-def _raising_points(raised: list[tuple[str, str]], plan, analysis) -> list[Finding]:
+def _raising_points(raised: list[tuple[str, str]], plan, analysis) -> list[RaisedAt]:
     """One unstable-gradient finding per reason TensorFlow gave for refusing to differentiate the model at probe
     points (a determinant's or an inverse's gradient at a singular matrix), naming the points and the op whose
-    gradient raised where the error's node name tells it (`gradients/<op>_grad/...`)."""
+    gradient raised where the error's node name tells it (`gradients/<op>_grad/...`), with its reason and points."""
     import re
 
     from ..rules import hazards as rules
@@ -194,7 +195,7 @@ def _raising_points(raised: list[tuple[str, str]], plan, analysis) -> list[Findi
     by_reason: dict[str, list[str]] = {}
     for where, reason in raised:
         by_reason.setdefault(reason, []).append(where)
-    findings = []
+    findings: list[RaisedAt] = []
     for reason, points in by_reason.items():
         match = re.search(r"gradients(?:_\d+)?/(.+?)_grad/", reason)
         ops = [n.ref for n in analysis.graph.ops.values() if match and n.ref.op_name == match.group(1)]
@@ -203,8 +204,8 @@ def _raising_points(raised: list[tuple[str, str]], plan, analysis) -> list[Findi
         text = (f"TensorFlow raises when it differentiates the model at probe point(s) {shown}: {reason}"
                 + (f". The gradient of {op.label} raises there" if op else "")
                 + ": training on such an input stops with this error.")
-        findings.append(rules.UnstableGradient.finding(text, op=op, sources=tuple(plan.input_sources),
-                                                       outputs=tuple(plan.float_outputs)))
+        findings.append(RaisedAt(reason, tuple(points), rules.UnstableGradient.finding(
+            text, op=op, sources=tuple(plan.input_sources), outputs=tuple(plan.float_outputs))))
     return findings
 
 
