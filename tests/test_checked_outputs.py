@@ -39,9 +39,9 @@ def test_a_numeric_result_holds_the_value_not_its_label():
     with pytest.raises(TypeError, match="CheckedOutputs"):
         NumericResult("x", "y", "pass", 0.0, 1e-3, "float64", 3)  # type: ignore[arg-type]
     row = NumericResult("x", CheckedOutputs(("y", "z")), "pass", 0.0, 1e-3, "float64", 3)
-    assert row.checked_outputs == ("y", "z") and row.to_dict()["output"] == "y,z"
+    assert row.outputs.names == ("y", "z") and row.to_dict()["output"] == "y,z"
     every = NumericResult("x", EVERY_OUTPUT, "pass", 0.0, 1e-3, "float64", 3)
-    assert every.checked_outputs == () and every.to_dict()["output"] == "*"
+    assert every.outputs.names == () and every.to_dict()["output"] == "*"
 
 
 CUT = Finding("GA104", "stop-gradient", Severity.INFO, "a stop_gradient", "nothing", op=OpRef("StopGradient", "s", "f"),

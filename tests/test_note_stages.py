@@ -69,8 +69,10 @@ def test_reconcile_fills_every_field_of_the_report_but_the_policy():
         paths=(BlockedPath("x", "y", (PathStep("Floor", "f", "<graph>"),), 0),), notes=(Note("static", "s"),))
     runtime = RuntimeResult(
         numeric=NumericPart((NumericResult("x", CheckedOutputs(("y",)), "inconclusive", None, None, "float64", 3),),
-                            (), ("n",), (LocalCheck(OpRef("Relu", "r", "f"), "op", "pass", "float64", 1e-9, 1e-8, 5),)),
-        probes=ProbePart(results=(StabilityResult("x", "y", 1.0, "ok"),), notes=("p",), incomplete=("stopped",)),
+                            (), (Note("numeric", "n"),),
+                            (LocalCheck(OpRef("Relu", "r", "f"), "op", "pass", "float64", 1e-9, 1e-8, 5),)),
+        probes=ProbePart(results=(StabilityResult("x", "y", 1.0, "ok"),), notes=(Note("stability", "p"),),
+                         incomplete=("stopped",)),
         precision=PrecisionPart((PrecisionResult("gradient", "x", "float16", None, 2, 0.0, 0.0, 0.0),),),
         isolation=Isolation("landlock-abi7", None, None, None), stopped="did not finish within --timeout 9 s")
     report = reconcile(static, Gate(run=True, seed=3), runtime)

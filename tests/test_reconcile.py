@@ -46,8 +46,8 @@ def test_a_cut_on_one_output_explains_only_that_output(tmp_path, wrong):
             return {"main": sq(h), "target": h + tf.stop_gradient(tf.tanh(h))}
 
     report = audit_saved_model(save_module(M(), str(tmp_path / "m")), AuditOptions())
-    main = [n for n in report.numeric if n.checked_outputs == ("main",) and n.scale is None]
-    target = [n for n in report.numeric if n.checked_outputs == ("target",) and n.scale is None]
+    main = [n for n in report.numeric if n.outputs.names == ("main",) and n.scale is None]
+    target = [n for n in report.numeric if n.outputs.names == ("target",) and n.scale is None]
     assert main and target and all(n.expected_by for n in target if n.status == "fail")
     assert {n.status for n in main} == ({"fail"} if wrong else {"pass"})
     assert report.verdict() == ("fail" if wrong else "pass")

@@ -46,7 +46,7 @@ def test_stopped_head_and_unnamed_variables(tmp_path):
     flow = {(f.source, f.output): f.status for f in r.flow}
     for pair, carries in truth.items():
         assert (flow[pair] == "connected") == carries, (pair, flow[pair])
-    checked = {(n.source, n.checked_outputs, n.scale): n.status for n in r.numeric}
+    checked = {(n.source, n.outputs.names, n.scale): n.status for n in r.numeric}
     assert checked[("Variable (w1)", ("a",), None)] == "pass" and checked[("Variable (w2)", ("b",), None)] == "pass"
     assert checked[("x", ("b",), 100.0)] == "pass" and checked[("x", ("b",), -600.0)] == "pass"
     assert "gradient-mismatch" not in {f.rule for f in r.findings} and r.verdict() == "pass"

@@ -28,7 +28,8 @@ def test_a_report_round_trips_through_json(static_report):
     assert report.findings and report.flow and report.paths  # every nested kind is in it
     report = Report(**{**report.__dict__, "numeric": [NumericResult("x", CheckedOutputs(("y",)), "fail", float("nan"),
                                                                      1e-3, "float64", 4, order=2),
-                                                       NumericResult("*", EVERY_OUTPUT, "skipped", None, None, None, 0),
+                                                       NumericResult("*", EVERY_OUTPUT, "skipped", None, None, None, 0,
+                                                                     every_source=True),
                                                        NumericResult("w", CheckedOutputs(("y", "z")), "pass", 0.0,
                                                                      1e-3, "float64", 3)],
                        "stability": [StabilityResult("x", "y", -600.0, "ok", reported=None)],
@@ -106,3 +107,33 @@ def test_checked_outputs_that_are_not_a_value_are_refused(outputs):
     with pytest.raises(WireError) as err:
         decode(NumericResult, dict(row, outputs=outputs), "row")
     assert "row.outputs" in str(err.value)
+
+
+def test_a_runtime_part_s_notes_come_back_as_notes_of_its_stage():
+    from gradaudit.results import NumericPart, PrecisionPart, ProbePart, RuntimeResult
+
+    runtime = RuntimeResult(numeric=NumericPart(notes=(Note("numeric", "n"),)),
+                            probes=ProbePart(notes=(Note("stability", "p"),)),
+                            precision=PrecisionPart(notes=(Note("precision", "q"),)))
+    sent = json.loads(json.dumps(encode(runtime)))
+    assert sent["numeric"]["notes"] == [{"stage": "numeric", "text": "n"}]
+    assert decode(RuntimeResult, sent, "runtime") == runtime
+
+
+@pytest.mark.parametrize(("part", "notes"), [
+    ("numeric", ["a note as a bare string"]),
+    ("numeric", [{"stage": "numeric"}]),  # no text
+    ("numeric", [{"stage": "numeric", "text": 3}]),
+    ("numeric", [{"stage": "runtime", "text": "a stage that does not exist"}]),
+    ("numeric", [{"stage": "static", "text": "another stage's note"}]),
+    ("probes", [{"stage": "numeric", "text": "the numeric stage's, in the probes"}]),
+    ("precision", [{"stage": "", "text": "a stage not said"}]),
+])
+def test_a_malformed_note_is_refused(part, notes):
+    from gradaudit.results import NumericPart, PrecisionPart, ProbePart, RuntimeResult
+
+    sent = encode(RuntimeResult(numeric=NumericPart(), probes=ProbePart(), precision=PrecisionPart()))
+    sent[part]["notes"] = notes
+    with pytest.raises(WireError) as err:
+        decode(RuntimeResult, sent, "runtime")
+    assert f"runtime.{part}" in str(err.value)

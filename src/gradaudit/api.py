@@ -7,11 +7,21 @@ from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import GradauditError, InternalError
+from .kinds import Kind, kind_of, register
 from .model import Isolation, Report, Target, TargetKind
 from .reconcile import reconcile
 from .results import AuditOptions, Gate, RuntimeResult, StaticResult
 from .runtime import StageFailed, check_inputs, run_saved_model, run_traced
 from .static_pass import MALFORMED, run_static
+from .targets import (
+    is_keras_file,
+    is_python_target,
+    is_saved_model,
+    keras_file_files,
+    python_graph_file,
+    saved_model_files,
+    saved_model_graph_file,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -111,7 +121,7 @@ def _saved_model_gate(static: StaticResult, sig: SignatureGraph, path: str, opti
     return _runs(options)
 
 
-def _executed_part(kind: str, path: str, options: AuditOptions, static: StaticResult | None) -> dict[str, Any]:
+def _executed_part(path: str, options: AuditOptions, static: StaticResult | None) -> dict[str, Any]:
     """In the child process, sent back as data (wire.py): for a SavedModel, the runtime stages on the
     parent's static pass (`static`; nothing is read or analysed again), which the parent reconciles; for a
     Keras file (`static` None), the whole audit, since Keras must build the model to trace it. gradaudit's own
@@ -120,9 +130,8 @@ def _executed_part(kind: str, path: str, options: AuditOptions, static: StaticRe
 
     options = replace(options, timeout=None)
     try:
-        if kind == "keras":
+        if static is None:
             return {"report": encode(_audit_keras_file(path, options))}
-        assert static is not None
         if options.load_ops:  # this process's own TensorFlow must know the custom ops too
             from .custom_ops import load_ops
 
@@ -163,17 +172,18 @@ def _child_result(data: Any) -> Report | RuntimeResult | InternalError:
     return InternalError.from_parts(stage, detail, partial)
 
 
-def _in_child(kind: str, path: str, options: AuditOptions, static: StaticResult | None = None
+def _in_child(path: str, options: AuditOptions, static: StaticResult | None = None
               ) -> tuple[Report | RuntimeResult | InternalError, Isolation]:
-    """The audit of `path` in the confined child: its result checked, and the isolation in force. Raises
-    isolate.Stopped when it brought none, WireError when what it sent is not a result."""
+    """The runtime stages of a SavedModel on its `static` pass, or (`static` None) the whole audit of a Keras
+    file, in the confined child: its result checked, and the isolation in force. Raises isolate.Stopped when it
+    brought none, WireError when what it sent is not a result."""
     from .isolate import run_isolated
     from .safety.sandbox import default_memory_limit
 
     limit = default_memory_limit() if options.memory_limit is None else options.memory_limit or None
     path, options = os.path.abspath(path), _absolute_paths(options)  # the child runs in another folder
-    readable = _readable(_model_folder(path) if kind == "saved_model" else path, options)
-    sent, isolation = run_isolated(_executed_part, (kind, path, options, static), options.timeout, readable, limit)
+    readable = _readable(_model_folder(path) if static is not None else path, options)
+    sent, isolation = run_isolated(_executed_part, (path, options, static), options.timeout, readable, limit)
     return _child_result(sent), isolation
 
 
@@ -228,7 +238,7 @@ def _runtime_in_child(static: StaticResult, path: str, options: AuditOptions) ->
     from .wire import WireError
 
     try:
-        child, isolation = _in_child("saved_model", path, options, static)
+        child, isolation = _in_child(path, options, static)
     except Stopped as exc:
         return RuntimeResult(isolation=exc.isolation, stopped=f"numeric checks and stability probes "
                                                               f"{_stopped(exc)}; the static report is complete")
@@ -257,7 +267,7 @@ def _audit_keras_file(path: str, options: AuditOptions) -> Report:
 
     target = Target(os.path.abspath(path), "keras", None)
     try:
-        child, isolation = _in_child("keras", path, options)
+        child, isolation = _in_child(path, options)
     except Stopped as exc:
         return Report(target=target, isolation=exc.isolation, runtime_stopped=True,
                       incomplete=[f"the audit of the Keras file {_stopped(exc)}"])
@@ -357,9 +367,6 @@ def audit(target: object, *, config: str | os.PathLike[str] | None = None, fail_
 
 
 def _audit_target(target: object, options: dict[str, Any]) -> Report:
-    from .targets import KERAS_SUFFIXES, is_python_target
-    from .targets.python import resolve
-
     fields: dict[str, Any] = {k: tuple(v) if k in ("tags", "input_specs", "load_ops") and isinstance(v, list) else v
                               for k, v in options.items()}
     opts = AuditOptions(**fields)
@@ -370,8 +377,34 @@ def _audit_target(target: object, options: dict[str, Any]) -> Report:
     if not isinstance(target, (str, os.PathLike)):
         return audit_object(target, opts)
     target = os.fspath(target)
-    if target.endswith(KERAS_SUFFIXES):
-        return _audit_keras_file(target, opts)
-    if is_python_target(target):
-        return audit_object(resolve(target), opts, label=target)
-    return audit_saved_model(target, opts)
+    return kind_of(target).audit(target, opts)
+
+
+def _audit_signatures(path: str, options: AuditOptions, all_signatures: bool) -> tuple[Report, ...]:
+    """A run of many models audits a SavedModel's default signature, or with `all_signatures` every one; for a
+    model saved without signatures (the default signature asked), its saved functions, each by its stable
+    name. A path that holds no SavedModel is the one audit, which says why."""
+    if not is_saved_model(path):
+        return (audit(path, **vars(options)),)
+    model = read_saved_model(path, options)  # the one parse: the signatures are looked up in it
+    if all_signatures or (options.signature == AuditOptions.signature and not model.signature_keys()):
+        return tuple(audit_saved_model(path, options, key, model) for key in signature_keys(model))
+    return (audit_saved_model(path, options, None, model),)
+
+
+def _audit_python_target(target: str, options: AuditOptions) -> Report:
+    from .targets.python import resolve
+
+    return audit_object(resolve(target), options, label=target)
+
+
+def _is_saved_model_path(_target: str) -> bool:
+    return True  # what no other kind recognises: a missing path or one that holds no model is said so by its audit
+
+
+# The built-in kinds, asked last to first: a Keras file, a Python object, else a SavedModel
+register(Kind("saved_model", _is_saved_model_path, audit_saved_model, audit_each=_audit_signatures,
+              files=saved_model_files, graph_file=saved_model_graph_file))
+register(Kind("python", is_python_target, _audit_python_target, graph_file=python_graph_file,
+              uncached="module:attr targets are not cached (the code they import cannot be hashed)", runs_code=True))
+register(Kind("keras", is_keras_file, _audit_keras_file, files=keras_file_files, runs_code=True))

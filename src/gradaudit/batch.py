@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
-from .api import AuditOptions, audit, audit_saved_model, read_saved_model, signature_keys
+from .api import AuditOptions, audit
 from .errors import GradauditError, InternalError
+from .kinds import kind_of
 from .model import AuditFailure as AuditFailure  # re-exported: the CLI and callers import it from here
 from .model import Report
-from .report.common import GRAPH_FILES
+from .targets import GRAPH_FILES, is_saved_model
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,6 @@ class ModelAudit:
     path: str
     reports: tuple[Report, ...] = ()
     failure: AuditFailure | None = None
-
-
-def is_saved_model(path: str) -> bool:
-    return any(os.path.isfile(os.path.join(path, name)) for name in GRAPH_FILES)
 
 
 def find_models(paths: Sequence[str], recursive: bool = False) -> list[str]:
@@ -66,14 +63,11 @@ def _search(root: str) -> list[str]:
 
 
 def _audit(target: str, options: AuditOptions, all_signatures: bool) -> tuple[Report, ...]:
-    if not is_saved_model(target):
-        return (audit(target, **vars(options)),)  # any other target: a Keras file, module:attr
-    model = read_saved_model(target, options)  # the one parse: the signatures are looked up in it
-    if all_signatures or (options.signature == AuditOptions.signature and not model.signature_keys()):
-        # a SavedModel's signatures; for a model saved without any (the default signature asked), its saved
-        # functions, each by its stable name
-        return tuple(audit_saved_model(target, options, key, model) for key in signature_keys(model))
-    return (audit_saved_model(target, options, None, model),)
+    """The kind's audits of many entry points (a SavedModel's signatures), or else the API's one audit."""
+    each = kind_of(target).audit_each
+    if each is None:
+        return (audit(target, **vars(options)),)
+    return each(target, options, all_signatures)
 
 
 def audit_model(path: str, options: AuditOptions, all_signatures: bool = False, debug: bool = False) -> ModelAudit:

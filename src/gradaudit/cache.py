@@ -24,7 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .batch import ModelAudit, is_saved_model
+from .batch import ModelAudit
+from .kinds import kind_of, named
 from .model import Report
 from .results import AuditOptions
 from .version import __version__
@@ -40,7 +41,6 @@ PACKAGES = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel"
 # TF_CPP_* only sets the log level
 ENVIRONMENT = ("TF_", "XLA_", "CUDA_", "ONEDNN_", "DNNL_", "OMP_", "MKL_", "KMP_")
 QUIET_ENVIRONMENT = ("TF_CPP_",)
-MAX_FILES = 100_000  # a model folder with more files than this is not cached (as the safety gate walks no further)
 CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                 "# This file is a cache directory tag created by gradaudit.\n"
                 "# For information about cache directory tags, see https://bford.info/cachedir/\n")
@@ -77,25 +77,16 @@ def file_digest(path: str) -> str | None:
         return None
 
 
-def _tree_files(root: str) -> list[str] | None:
-    """The files under `root`, relative and sorted; None when a folder in it is a symlink (it could loop) or it
-    holds more than MAX_FILES."""
-    found: list[str] = []
-    for folder, dirs, files in os.walk(root):
-        if any(os.path.islink(os.path.join(folder, d)) for d in dirs):
-            return None
-        dirs.sort()
-        found.extend(os.path.relpath(os.path.join(folder, f), root) for f in sorted(files))
-        if len(found) > MAX_FILES:
-            return None
-    return found
-
-
 def files_digest(root: str, names: Iterable[str]) -> dict[str, str] | None:
     """Each named file's digest, by its path relative to `root`; None when one is not a regular file."""
+    return _digests({name: os.path.join(root, name) for name in names})
+
+
+def _digests(files: dict[str, str]) -> dict[str, str] | None:
+    """Each file's digest by its name; None when one is not a regular file."""
     digests = {}
-    for name in names:
-        digest = file_digest(os.path.join(root, name))
+    for name, path in files.items():
+        digest = file_digest(path)
         if digest is None:
             return None
         digests[name] = digest
@@ -103,23 +94,12 @@ def files_digest(root: str, names: Iterable[str]) -> dict[str, str] | None:
 
 
 def saved_model_digest(folder: str) -> dict[str, str] | None:
-    """The files of a SavedModel that TensorFlow's loader and gradaudit read (safety.assets: the graph, the
-    fingerprint, variables/, assets/, assets.extra/), each by its relative path; None when one is not a
-    regular file or a folder cannot be walked safely."""
-    from .safety.assets import READ_FILES, READ_FOLDERS
+    """The digests of the files of a SavedModel that TensorFlow's loader and gradaudit read
+    (targets.saved_model_files); None when one is not a regular file or a folder cannot be walked safely."""
+    from .targets import saved_model_files
 
-    names = [n for n in READ_FILES if os.path.lexists(os.path.join(folder, n))]
-    for sub in READ_FOLDERS:
-        top = os.path.join(folder, sub)
-        if os.path.islink(top) or not os.path.isdir(top):
-            if os.path.lexists(top):
-                names.append(sub)  # a file or a symlink where a folder belongs: hashed as a file, or not cached
-            continue
-        inside = _tree_files(top)
-        if inside is None:
-            return None
-        names.extend(os.path.join(sub, f) for f in inside)
-    return files_digest(folder, names)
+    files = saved_model_files(folder)
+    return None if files is None else files_digest(folder, files)
 
 
 def source_digest(root: Path) -> str:
@@ -195,18 +175,12 @@ def options_parts(options: AuditOptions, all_signatures: bool) -> dict[str, Any]
 
 def model_parts(path: str) -> dict[str, Any] | None:
     """What the model is: its kind, its absolute path (reports name it) and its files' digests; None when it
-    cannot be cached (a Python target, or files that cannot be read as regular files: the audit says why)."""
-    from .targets import KERAS_SUFFIXES
-
-    absolute = os.path.abspath(path)
-    if is_saved_model(path):
-        content: Any = saved_model_digest(path)
-        kind = "saved_model"
-    elif path.endswith(KERAS_SUFFIXES):
-        content, kind = file_digest(path), "keras"
-    else:
-        return None
-    return None if content is None else {"kind": kind, "path": absolute, "content": content}
+    cannot be cached (a kind never cached, such as a Python target, or files that cannot be read as regular
+    files: the audit says why)."""
+    kind = kind_of(path)
+    files = kind.files(path) if kind.files is not None else None
+    content = None if files is None else _digests(files)
+    return None if content is None else {"kind": kind.name, "path": os.path.abspath(path), "content": content}
 
 
 def storable(reports: Sequence[Report], options: AuditOptions) -> bool:
@@ -219,9 +193,14 @@ def storable(reports: Sequence[Report], options: AuditOptions) -> bool:
         return False
     if not options.allow_unsafe_ops:
         return True
-    if any(r.target.kind == "keras" for r in reports):
+    if any(_runs_code(r) for r in reports):
         return False
     return not any(get_rule(f.rule).blocks_execution for r in reports for f in r.findings)
+
+
+def _runs_code(report: Report) -> bool:
+    kind = named(report.target.kind)
+    return kind is None or kind.runs_code
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -299,15 +278,13 @@ class Cache:
 
     def slot(self, path: str) -> Slot | None:
         """The entry of `path` and the key it must hold now; None when it cannot be cached."""
-        from .targets import is_python_target
-
         if self._common is None:
             return None
         model = model_parts(path)
         if model is None:
-            if is_python_target(path):
-                self._once("gradaudit: --cache: module:attr targets are not cached (the code they import cannot "
-                           "be hashed)")
+            uncached = kind_of(path).uncached
+            if uncached:
+                self._once(f"gradaudit: --cache: {uncached}")
             return None
         name = _digest({"model": model["path"], "kind": model["kind"], "options": self._common["options"],
                         "all_signatures": self._common["all_signatures"]})[:32]

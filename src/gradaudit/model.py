@@ -13,9 +13,14 @@ FlowStatus = Literal["connected", "blocked", "disconnected", "unknown"]
 CheckStatus = Literal["pass", "fail", "inconclusive", "skipped", "error"]
 ProbeStatus = Literal["ok", "nonfinite_gradient", "nonfinite_forward"]
 TargetKind = Literal["saved_model", "python", "keras"]
+# the stage that wrote a note (results.Stage), or "" in a JSON report read back that does not say
+NoteStage = Literal["static", "numeric", "stability", "precision", ""]
 
 # the `source` of a numeric check of the trainable variables together
 ALL_VARIABLES = "*"
+# the `source` of a numeric row that stands for every source at once: the checks did not run (skipped before any
+# source was taken, or stopped on an error). The JSON report writes "*" for both; such a row has `every_source`
+EVERY_SOURCE = "*"
 
 
 class Severity(str, enum.Enum):
@@ -231,6 +236,8 @@ class NumericResult:
     evidence: str | None = None
     # the op with a kink on the path between the source and the output that the evidence names ("Relu 'r'")
     kink_op: str | None = None
+    # a row for every source at once (`source` EVERY_SOURCE), never the variables' combined check (ALL_VARIABLES)
+    every_source: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = {"source": self.source, "output": self.outputs.label, "status": self.status,
@@ -244,16 +251,15 @@ class NumericResult:
             d["evidence"] = self.evidence
         if self.kink_op:
             d["kink_op"] = self.kink_op
+        if self.every_source:
+            d["every_source"] = True
         return d
 
     def __post_init__(self) -> None:
         if not isinstance(self.outputs, CheckedOutputs):  # a string label where the value belongs
             raise TypeError(f"NumericResult.outputs: expected CheckedOutputs, got {type(self.outputs).__name__}")
-
-    @property
-    def checked_outputs(self) -> tuple[str, ...]:
-        """The outputs the check projected together by name; () for every float output."""
-        return self.outputs.names
+        if self.every_source and self.source != EVERY_SOURCE:
+            raise ValueError(f"NumericResult: a row for every source has source {EVERY_SOURCE!r}, not {self.source!r}")
 
 
 @dataclass(frozen=True)
@@ -411,7 +417,7 @@ class Note:
     """What a stage could not check, and why: one line, with the stage that wrote it ("static", "numeric",
     "stability", "precision"; "" in a JSON report read back that does not say)."""
 
-    stage: str  # a results.Stage; a plain str so that the wire checks it as one
+    stage: NoteStage
     text: str
 
 

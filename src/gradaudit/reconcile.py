@@ -37,31 +37,31 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
     notes: list[Note] = list(static.notes)
     incomplete: list[str] = list(gate.reasons)
 
-    def note(stage: str, lines: Iterable[str]) -> None:
+    def note(made: Iterable[Note]) -> None:  # each line once, with the stage that wrote it first
         seen = {n.text for n in notes}
-        for line in lines:
-            if line not in seen:
-                notes.append(Note(stage, line))
-                seen.add(line)
+        for n in made:
+            if n.text not in seen:
+                notes.append(n)
+                seen.add(n.text)
 
     if runtime.numeric is not None:
         numeric.extend(runtime.numeric.results)
         findings = foreseen_raise(findings, runtime.numeric, static)
-        note("numeric", runtime.numeric.notes)
+        note(runtime.numeric.notes)
     probes = runtime.probes
     if probes is not None:
         numeric.extend(probes.numeric)
         findings = judge_hazards(findings, probes.verdicts) + not_yet_reported(findings, probes.findings)
-        note("stability", probes.notes)
+        note(probes.notes)
         raised, same = raising_points(probes.raised, runtime.numeric.raised if runtime.numeric else None)
         findings.extend(raised)
-        note("stability", same)
+        note(same)
         if probes.stopped:
             incomplete.append(f"stability probes stopped: {probes.stopped}")
         _extend_once(incomplete, probes.incomplete)
     if runtime.precision is not None:
         findings.extend(runtime.precision.findings)
-        note("precision", runtime.precision.notes)
+        note(runtime.precision.notes)
         incomplete.extend(runtime.precision.incomplete)
     if runtime.stopped:
         incomplete.append(runtime.stopped)
@@ -113,6 +113,7 @@ def unseen_parts(findings: list[Finding], flow: list[FlowEntry], rows: list[Nume
 
     def passed(source: str, output: str) -> NumericResult | None:
         return next((n for n in rows if n.scale is None and n.status == "pass" and not n.expected_by
+                     and not n.every_source
                      and (n.source == source or (n.source == ALL_VARIABLES and source in variables))
                      and (n.outputs.every or output in n.outputs.names)), None)
 
@@ -133,15 +134,15 @@ def unseen_parts(findings: list[Finding], flow: list[FlowEntry], rows: list[Nume
     return out
 
 
-def raising_points(raised: tuple[RaisedAt, ...], at_checks: str | None) -> tuple[list[Finding], list[str]]:
+def raising_points(raised: tuple[RaisedAt, ...], at_checks: str | None) -> tuple[list[Finding], list[Note]]:
     """The findings of the probe points where differentiating the model raised, and a note instead of each whose
     reason is the one it raised for at the numeric checks' own point (`at_checks`: one cause, their GA204)."""
     findings, notes = [], []
     for r in raised:
         if at_checks is not None and r.reason == at_checks:
-            notes.append(f"Stability probes: TensorFlow raises differentiating the model at {len(r.points)} probe "
-                         "point(s) for the reason it raises at the numeric checks' point (the missing-gradient "
-                         "finding): nothing else could be observed there.")
+            notes.append(Note("stability", f"Stability probes: TensorFlow raises differentiating the model at "
+                              f"{len(r.points)} probe point(s) for the reason it raises at the numeric checks' point "
+                              "(the missing-gradient finding): nothing else could be observed there."))
         else:
             findings.append(r.finding)
     return findings, notes
@@ -218,12 +219,13 @@ def undecided_sources(report: Report) -> list[str]:
     (pass, fail, or a difference a named cut or sampler explains): inconclusive everywhere, or not reported."""
     if not report.numeric or all(n.status == "error" for n in report.numeric):
         return []
+    every = {s.name for s in report.sources}
     variables = {s.name for s in report.sources if s.kind == "variable"}
     connected = {e.source for e in report.flow if e.status == "connected"}
     decided: set[str] = set()
     checked: set[str] = set()
-    for n in report.numeric:
-        names = variables if n.source == ALL_VARIABLES else {n.source}
+    for n in report.numeric:  # a row for every source at once (skipped, error) is not the variables' check
+        names = every if n.every_source else variables if n.source == ALL_VARIABLES else {n.source}
         if n.status != "skipped":
             checked |= names
         if n.status in ("pass", "fail") or n.expected_by:
@@ -321,7 +323,7 @@ def explain_mismatches(findings: list[Finding], numeric: list[NumericResult], va
     out_findings = [_missed_part_measured(f, measured[f.op]) if f.op in measured else f for f in out_findings]
     out_numeric = []
     for n in numeric:
-        cut = cut_for(n.source, n.checked_outputs) if n.status == "fail" and n.expected_by is None else None
+        cut = cut_for(n.source, n.outputs.names) if n.status == "fail" and n.expected_by is None else None
         if cut is not None and cut.op is not None:
             # a sampler's estimator cannot be judged by differences at a fixed seed: inconclusive, not a fail
             n = replace(n, status="inconclusive" if cut.rule == "sampler-gradient" else n.status,

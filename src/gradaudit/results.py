@@ -32,6 +32,13 @@ from .model import (
 Stage = Literal["static", "numeric", "stability", "precision"]
 
 
+def _notes_of(part: Any, stage: Stage) -> None:
+    """A runtime part's notes are its own stage's (the wire refuses a part that says otherwise)."""
+    wrong = next((n for n in part.notes if not isinstance(n, Note) or n.stage != stage), None)
+    if wrong is not None:
+        raise ValueError(f"{type(part).__name__}: a note that is not the {stage} stage's: {wrong!r:.80}")
+
+
 @dataclass(frozen=True)
 class AuditOptions:
     """What the user asked of one audit (the CLI's options and the API's keyword arguments)."""
@@ -119,10 +126,13 @@ class NumericPart:
 
     results: tuple[NumericResult, ...] = ()
     findings: tuple[Finding, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()  # each the numeric stage's
     local: tuple[LocalCheck, ...] = ()  # the local checks that decided them (a large model), or ran before them
     # TensorFlow's reason when differentiating the loaded model raised at the checks' point (GA204 says it)
     raised: str | None = None
+
+    def __post_init__(self) -> None:
+        _notes_of(self, "numeric")
 
 
 @dataclass(frozen=True)
@@ -143,11 +153,14 @@ class ProbePart:
     numeric: tuple[NumericResult, ...] = ()
     findings: tuple[Finding, ...] = ()
     verdicts: tuple[HazardVerdict, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()  # each the stability stage's
     stopped: str | None = None  # TensorFlow's reason when running the model stopped the probes
     incomplete: tuple[str, ...] = ()
     local: tuple[LocalCheck, ...] = ()  # the local checks at probe points (a large model's, instead of whole-model)
     raised: tuple[RaisedAt, ...] = ()  # points where differentiating the model raised, by reason
+
+    def __post_init__(self) -> None:
+        _notes_of(self, "stability")
 
 
 @dataclass(frozen=True)
@@ -156,8 +169,11 @@ class PrecisionPart:
 
     results: tuple[PrecisionResult, ...] = ()
     findings: tuple[Finding, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()  # each the precision stage's
     incomplete: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _notes_of(self, "precision")
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,23 @@ and the parts that finished before it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
 from .errors import GradauditError, InternalError
-from .model import NumericResult
+from .model import Note, NumericResult
 from .progress import say
-from .results import AuditOptions, NumericPart, PrecisionPart, ProbePart, RuntimeResult, StageFailure, StaticResult
+from .results import (
+    AuditOptions,
+    NumericPart,
+    PrecisionPart,
+    ProbePart,
+    RuntimeResult,
+    Stage,
+    StageFailure,
+    StaticResult,
+)
 
 
 class StageFailed(Exception):
@@ -118,8 +127,14 @@ def _numeric_options(options: AuditOptions):
                           shapes=options.shapes, inputs_file=options.inputs_file)
 
 
+def _notes(stage: Stage, lines: Iterable[str]) -> tuple[Note, ...]:
+    """What a runtime stage could not check, each line with that stage: where it is measured, not reconciled."""
+    return tuple(Note(stage, line) for line in lines)
+
+
 def _numeric_part(outcome) -> NumericPart:
-    return NumericPart(tuple(outcome.results), tuple(outcome.findings), tuple(outcome.notes), raised=outcome.raised)
+    return NumericPart(tuple(outcome.results), tuple(outcome.findings), _notes("numeric", outcome.notes),
+                       raised=outcome.raised)
 
 
 class _LocalMode:
@@ -165,7 +180,8 @@ def _numeric(static: StaticResult, path: str, options: AuditOptions, loads, loca
 
     found = stage.findings(outcome, static.analysis, confirmed=not _whole_model_passed(part))
     return replace(part, findings=tuple(found) + part.findings,
-                   notes=tuple(stage.notes(outcome, verdict is not None)) + part.notes, local=tuple(outcome.checks))
+                   notes=_notes("numeric", stage.notes(outcome, verdict is not None)) + part.notes,
+                   local=tuple(outcome.checks))
 
 
 def _whole_model_passed(part: NumericPart) -> bool:
@@ -219,8 +235,9 @@ def _stability_options(options: AuditOptions, local: bool = False):
 
 def _probe_part(outcome) -> ProbePart:
     return ProbePart(results=tuple(outcome.results), numeric=tuple(outcome.numeric), findings=tuple(outcome.findings),
-                     verdicts=tuple(outcome.verdicts), notes=tuple(outcome.notes), stopped=outcome.stopped,
-                     incomplete=tuple(outcome.incomplete), local=tuple(outcome.local), raised=tuple(outcome.raised))
+                     verdicts=tuple(outcome.verdicts), notes=_notes("stability", outcome.notes),
+                     stopped=outcome.stopped, incomplete=tuple(outcome.incomplete), local=tuple(outcome.local),
+                     raised=tuple(outcome.raised))
 
 
 def _probe_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None, local: bool = False):
@@ -241,7 +258,7 @@ def _precision(static: StaticResult, options: AuditOptions, loads) -> PrecisionP
     if options.precision:
         say(f"precision: {options.precision}")
     outcome = run_precision(loads, static.analysis, _stability_options(options), options.precision)
-    return PrecisionPart(tuple(outcome.results), tuple(outcome.findings), tuple(outcome.notes),
+    return PrecisionPart(tuple(outcome.results), tuple(outcome.findings), _notes("precision", outcome.notes),
                          tuple(outcome.incomplete))
 
 
@@ -285,7 +302,7 @@ def _numeric_traced(static: StaticResult, traced, options: AuditOptions, saved: 
     found = tuple(saved.renamed(f) for f in stage.findings(outcome, copy.analysis,
                                                            confirmed=not _whole_model_passed(part)))
     return replace(part, findings=found + part.findings,
-                   notes=tuple(stage.notes(outcome, verdict is not None)) + part.notes,
+                   notes=_notes("numeric", stage.notes(outcome, verdict is not None)) + part.notes,
                    local=tuple(replace(c, op=saved.op(c.op)) for c in outcome.checks))
 
 
@@ -366,7 +383,7 @@ def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions
     and the copy's hazard verdicts as verdicts on the traced graph's own lints (same rule, same op name)."""
     copy = saved.get()
     if copy is None:
-        return ProbePart(notes=(f"stability probes not run: {saved.why}",))
+        return ProbePart(notes=(Note("stability", f"stability probes not run: {saved.why}"),))
     outcome = _probe_outcome(copy.analysis, saved.path, options, "serving_default", saved.loads, local.wanted())
     rename = saved.rename
 
@@ -401,7 +418,7 @@ def _precision_traced(static: StaticResult, saved: _SavedCopy, options: AuditOpt
 
     if not options.precision:
         outcome = run_precision(None, static.analysis, _stability_options(options), None)
-        return PrecisionPart(notes=tuple(outcome.notes))
+        return PrecisionPart(notes=_notes("precision", outcome.notes))
     copy = saved.get()
     if copy is None:
         return PrecisionPart(incomplete=(f"--precision {options.precision} did not run: "
@@ -417,7 +434,7 @@ def _precision_traced(static: StaticResult, saved: _SavedCopy, options: AuditOpt
         return replace(item, op=op, name=op.short if op is not None else item.name)
 
     return PrecisionPart(tuple(renamed(r) for r in outcome.results), tuple(renamed(f) for f in outcome.findings),
-                         tuple(outcome.notes), tuple(outcome.incomplete))
+                         _notes("precision", outcome.notes), tuple(outcome.incomplete))
 
 
 def _names_from_copy(copy: StaticResult, static: StaticResult) -> dict[str, str]:

@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .model import Report, Severity
+from .model import ALL_VARIABLES, Report, Severity
 
 
 def _concerns(names: tuple[str, ...], wrt: set[str] | None, variables: set[str]) -> bool:
-    """Whether something about `names` (sources; empty: the whole model) counts for `wrt`."""
+    """Whether something about `names` (sources, ALL_VARIABLES the variables together; empty: the whole model)
+    counts for `wrt`."""
     if wrt is None or not names:
         return True
-    return any(n in wrt or (n == "*" and wrt & variables) for n in names)
+    return any(n in wrt or (n == ALL_VARIABLES and wrt & variables) for n in names)
 
 
 def _flow_problems(report: Report, wrt: list[str]) -> list[str]:
@@ -52,7 +53,8 @@ def _problems(report: Report, wrt: Iterable[str] | None, fail_on: str) -> list[s
     if wrt is not None:
         lines += _flow_problems(report, list(wrt))
     for n in report.numeric:
-        if n.status in ("fail", "error") and not n.expected_by and _concerns((n.source,), wanted, variables):
+        about = () if n.every_source else (n.source,)  # a row for every source concerns the whole model
+        if n.status in ("fail", "error") and not n.expected_by and _concerns(about, wanted, variables):
             lines.append(f"numeric check {n.source} -> {n.outputs.label}: {n.status}"
                          + (f", relative error {n.rel_error:.2e}" if n.rel_error is not None else "")
                          + (f" ({n.reason})" if n.reason else ""))

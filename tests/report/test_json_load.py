@@ -33,7 +33,8 @@ def test_every_field_round_trips(argmax_report):
         stability=[StabilityResult("x", "probs", 1e-30, "nonfinite_gradient", "Log", "Log", "NaN")],
         numeric=[NumericResult("x", CheckedOutputs(("probs",)), "pass", 1e-9, 1e-3, "float64", 4),
                  NumericResult("x", CheckedOutputs(("probs", "other")), "fail", 0.5, 1e-3, "float64", 4),
-                 NumericResult("*", EVERY_OUTPUT, "skipped", None, None, None, 0, reason="no float output")],
+                 NumericResult("*", EVERY_OUTPUT, "skipped", None, None, None, 0, reason="no float output",
+                               every_source=True)],
         notes=[Note("static", "a note"), Note("numeric", "another")], incomplete=["numeric checks did not run"], seed=7)
     _round_trip(report)
     doc = json.loads(json_report.render(report))

@@ -197,8 +197,8 @@ def test_probe_point_checks_of_several_outputs_name_the_models_outputs():
     names = {o.name for o in r.outputs}
     assert names == {"y1", "y2", "y3"}
     probed = [n for n in r.numeric if n.scale is not None]
-    assert any(len(n.checked_outputs) == 2 for n in probed)  # the outputs without the cut, checked together
-    assert all(set(n.checked_outputs) <= names for n in r.numeric)
+    assert any(len(n.outputs.names) == 2 for n in probed)  # the outputs without the cut, checked together
+    assert all(set(n.outputs.names) <= names for n in r.numeric)
     assert {row["output"] for row in json_report.to_dict(r)["numeric"] if row["scale"] is not None} == {"y1,y2", "y3"}
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..model import ALL_VARIABLES, EVERY_OUTPUT, Finding, FlowEntry, NumericResult, Output, Source
+from ..model import ALL_VARIABLES, EVERY_OUTPUT, EVERY_SOURCE, Finding, FlowEntry, NumericResult, Output, Source
 
 __all__ = ["ALL_VARIABLES", "LocalVerdict", "NumericOptions", "NumericOutcome", "NumericTask", "run_numeric",
            "run_numeric_function"]
@@ -122,5 +122,5 @@ def _guarded(run: Callable[[], NumericOutcome]) -> NumericOutcome:
         # TensorFlow failed on the model (running or differentiating it): these checks could not be made
         reason = f"numeric checks stopped: {describe(exc)}"
         return NumericOutcome(
-            [NumericResult(source="*", outputs=EVERY_OUTPUT, status="error", rel_error=None, step=None, dtype=None,
-                           evaluations=0, reason=reason)], [], [])
+            [NumericResult(source=EVERY_SOURCE, outputs=EVERY_OUTPUT, status="error", rel_error=None, step=None,
+                           dtype=None, evaluations=0, reason=reason, every_source=True)], [], [])

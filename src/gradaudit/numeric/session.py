@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..model import EVERY_OUTPUT, CheckedOutputs, Finding, FlowEntry, NumericResult, OpRef, Output, Source
+from ..model import EVERY_OUTPUT, EVERY_SOURCE, CheckedOutputs, Finding, FlowEntry, NumericResult, OpRef, Output, Source
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, LocalVerdict, NumericOptions, NumericOutcome, NumericTask
 from .checks import Checker, Group, Settings
@@ -123,9 +123,9 @@ class Plan:
 
     def empty(self) -> NumericOutcome | None:
         if not self.float_outputs:
-            return NumericOutcome([_skipped("*", "no float output")], [], [])
+            return NumericOutcome([_skipped(EVERY_SOURCE, "no float output")], [], [])
         if not self.input_sources and not self.variable_sources:
-            return NumericOutcome([_skipped("*", "no differentiable float source")], [], [])
+            return NumericOutcome([_skipped(EVERY_SOURCE, "no differentiable float source")], [], [])
         return None
 
 
@@ -153,16 +153,16 @@ class _Session:
 
 
 def _skipped(source: str, reason: str) -> NumericResult:
-    """A check of `source` ("*": every source) against every float output that did not run."""
+    """A check of `source` (EVERY_SOURCE: every source at once) against every float output that did not run."""
     return NumericResult(source=source, outputs=EVERY_OUTPUT, status="skipped", rel_error=None, step=None,
-                         dtype=None, evaluations=0, reason=reason)
+                         dtype=None, evaluations=0, reason=reason, every_source=source == EVERY_SOURCE)
 
 
 def _point(plan: Plan, options: NumericOptions, domains: Domains) -> dict[str, np.ndarray] | NumericOutcome:
     try:
         return synthesise(plan.specs, options, domains)
     except InputError as exc:
-        return NumericOutcome([_skipped("*", f"no input to run the model: {exc}")], [],
+        return NumericOutcome([_skipped(EVERY_SOURCE, f"no input to run the model: {exc}")], [],
                               [f"Numeric checks skipped: {exc}"])
 
 

@@ -9,6 +9,7 @@ import os
 import re
 from typing import Any, TypeVar
 
+from ..kinds import named
 from ..model import Finding, Report, Severity
 
 T = TypeVar("T")
@@ -30,7 +31,6 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~!&$])")
 _MD_LINKISH = re.compile(r"@[A-Za-z0-9][\w-]*(?:/[\w.-]+)?|(?<![\w&])#\d+|(?:https?://|ftp://|mailto:|www\.)[^\s|\\`]*",
                          re.IGNORECASE)
 
-GRAPH_FILES = ("saved_model.pb", "saved_model.pbtxt")
 MAX_ROWS = 24  # above this many variables (or precision rows), the rows with nothing to say are summarised
 
 
@@ -45,18 +45,11 @@ def display_path(path: str) -> str:
 
 
 def graph_file(report: Report) -> str:
-    """The file a code host can point at for the model: a SavedModel's saved_model.pb (or .pbtxt), a Keras
-    file, or the module of a `file.py:attr` / `module:attr` target."""
-    t = report.target
-    if t.kind == "keras":
-        return t.path
-    if t.kind != "saved_model":
-        return t.path.rpartition(":")[0] or t.path
-    for name in GRAPH_FILES:
-        candidate = os.path.join(t.path, name)
-        if os.path.isfile(candidate):
-            return candidate
-    return os.path.join(t.path, GRAPH_FILES[0])
+    """The file a code host can point at for the model, as its kind names it (kinds.Kind.graph_file): a
+    SavedModel's saved_model.pb (or .pbtxt), a Keras file, or the module of a `file.py:attr` / `module:attr`
+    target; the target's path for a kind this process does not know."""
+    kind = named(report.target.kind)
+    return kind.graph_file(report.target.path) if kind is not None else report.target.path
 
 
 def model_label(report: Report) -> str:

@@ -64,7 +64,7 @@ def _numeric_cases(suite: _Suite, report: Report) -> set[int]:
     placed: set[int] = set()
     for n in report.numeric:
         # a check of one output holds its pair's findings; a check of several together leaves them to the flow cases
-        one = n.checked_outputs[0] if len(n.checked_outputs) == 1 else None
+        one = n.outputs.names[0] if len(n.outputs.names) == 1 else None
         mine = [f for f in report.findings if f.code.startswith("GA2") and one is not None
                 and concerns(f, n.source, one)]
         placed |= {id(f) for f in mine}

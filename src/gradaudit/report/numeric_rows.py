@@ -60,8 +60,8 @@ def _short(precision: str | None, width: int = 80) -> str | None:
 
 
 def _shown(outputs: CheckedOutputs) -> tuple[str, ...]:
-    """A check's outputs as the tables name them: each by its name, every float output as "*"."""
-    return ("*",) if outputs.every else outputs.names
+    """A check's outputs as the tables name them: each by its name, every float output by its label ("*")."""
+    return (outputs.label,) if outputs.every else outputs.names
 
 
 def numeric_rows(results: Sequence[NumericResult]) -> list[NumericRow]:
@@ -69,13 +69,14 @@ def numeric_rows(results: Sequence[NumericResult]) -> list[NumericRow]:
     become one row where the first of them stood. A healthy model's probe points in float32 are often
     inconclusive (saturated or oscillating outputs at large scales): a line per check and scale would bury
     the checks that decided something."""
-    folded: dict[str, list[NumericResult]] = {}
+    folded: dict[tuple[str, bool], list[NumericResult]] = {}  # by source: a row for every source is not the
+    # variables' check, though both are "*"
     for n in results:
         if n.scale is not None and n.status == "inconclusive":
-            folded.setdefault(n.source, []).append(n)
+            folded.setdefault((n.source, n.every_source), []).append(n)
     rows: list[NumericRow] = []
     for n in results:
-        group = folded.get(n.source) if n.scale is not None and n.status == "inconclusive" else None
+        group = folded.get((n.source, n.every_source)) if n.scale is not None and n.status == "inconclusive" else None
         if group is None:
             at: tuple[float, ...] = () if n.scale is None else (n.scale,)
             rows.append(NumericRow(n, _shown(n.outputs), at, 1, n.evaluations))
