@@ -53,6 +53,9 @@ class Observation:
     gradient: str = ""  # for a non-finite forward: the gradient's non-finite value, "" when it stays finite
     culprit: Culprit | None = None
     note: str = ""
+    # for a non-finite forward: the float64 copy's value there when it is finite and within the model's own
+    # dtype's range ("about 123"): the true result fits, an intermediate of the written form overflows
+    fits: str = ""
 
     @property
     def reported(self) -> bool:
@@ -337,9 +340,10 @@ class Prober:
             forward = nonfinite(o_out[o])
             if forward:
                 kind, culprit, note = self._judge_forward(point, o, float64_at, config, scale, sign)
+                fits = _fits(float64_at(o), o, o_out[o]) if kind == FORWARD else ""
                 for s in sources:
                     seen[s, o] = Observation(kind, scale, sign, config, forward, nonfinite(o_grads.get(s)),
-                                             culprit, note)
+                                             culprit, note, fits)
                 continue
             for s in sources:
                 grad = o_grads.get(s)
@@ -634,6 +638,19 @@ class Prober:
                     "cotangents for the other outputs), so a NaN/Inf made in another output's backward (0 × inf) "
                     "reaches this gradient; look at the findings on the other outputs first")
         return Observation(GRADIENT, scale, sign, config, value, culprit=culprit, note=note)
+
+
+def _fits(exact, output: str, value) -> str:
+    """The float64 copy's value of `output` ("about 1.23e+02", its largest magnitude) when it is finite and
+    within the range of the dtype the model computed `value` in, else ""."""
+    if exact is None or output not in exact[0]:
+        return ""
+    true = np.asarray(exact[0][output], dtype=np.float64)
+    dtype = np.asarray(value).dtype
+    if not true.size or not np.all(np.isfinite(true)) or not np.issubdtype(dtype, np.floating):
+        return ""
+    top = float(np.max(np.abs(true)))
+    return f"about {top:.3g}" if top <= float(np.finfo(dtype).max) else ""
 
 
 def run_ladder(prober: Prober, scales) -> LadderOutcome:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..model import Finding, OpRef
+from ..model import Finding, OpRef, Severity
 from ..results import HazardVerdict
 from ..rules import hazards as rules
 from ..static.hazards import Hazard
@@ -96,7 +96,15 @@ def _ladder_findings(groups, inputs: list[str], hazards: list[Hazard]) -> list[F
             sources = tuple(dict.fromkeys(n for o in observed for n in o.config))
             text, rule = _forward_text(observed, inputs, outputs), rules.NonfiniteForward
         text += _cause_text(observed[0], op, hazards)
-        finding = rule.finding(text, op=op, sources=sources, outputs=outputs)
+        severity = None
+        fitting = next((o for o in observed if o.fits), None) if kind != GRADIENT else None
+        if fitting is not None and not _linted(fitting, op, hazards):
+            # the true result is an ordinary number of the model's dtype: the written form overflows, not the value
+            text += (f" The true value there is finite and fits in the model's dtype ({fitting.fits} by the float64 "
+                     f"copy at {fitting.where(inputs)}): an intermediate of this form overflows where the result "
+                     "does not, so training on such an input fails where a stable form would not.")
+            severity = Severity.ERROR
+        finding = rule.finding(text, op=op, sources=sources, outputs=outputs, severity=severity)
         fix = _FIX_BY_OP.get(op.op_type) if op is not None else None
         findings.append(replace(finding, fix=fix) if fix else finding)
     return findings
@@ -129,6 +137,14 @@ def _forward_text(observed, inputs: list[str], outputs: tuple[str, ...]) -> str:
     if not any(o.gradient for o in observed):
         text += f"; {'their gradients stay' if several else 'its gradient stays'} finite there"
     return text
+
+
+def _linted(first, op, hazards: list[Hazard]) -> bool:
+    """Whether a static hazard lint is reported on the op at fault (it carries the error then)."""
+    if first.culprit is None or op is None:
+        return False
+    inside = set(first.culprit.suspects)
+    return any(op in h.involved or inside & h.involved for h in hazards)
 
 
 def _cause_text(first, op, hazards: list[Hazard]) -> str:
