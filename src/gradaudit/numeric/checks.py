@@ -9,6 +9,7 @@ are named.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -722,10 +723,12 @@ class Checker:
         advice = rules.mismatch_advice(on_path(self.s.custom_gradients, names, outputs),
                                        on_path(self.s.domains.assuming, names, outputs), est.autodiff == 0,
                                        bool(self.s.given))
+        # enough digits that the two values shown differ where they do (a 1e-7 error needs 8 or more)
+        digits = min(16, max(6, 2 - math.floor(math.log10(est.rel_error)))) if est.rel_error else 6
         finding = rules.GradientMismatch.finding(
             f"The gradient of {label} with respect to {where} disagrees with finite differences: relative "
             f"error {est.rel_error:.2e} (error bound {est.rel_threshold(self.s.floor):.1e}, step {est.step:.1e}, "
-            f"{self.s.dtype}; autodiff {est.autodiff:.6e}, finite differences {est.numeric:.6e}), "
+            f"{self.s.dtype}; autodiff {est.autodiff:.{digits}e}, finite differences {est.numeric:.{digits}e}), "
             f"{seen}{alone[1]}{advice.hint}", op=advice.op, sources=tuple(names), outputs=outputs)
         where_to_look = f"{alone[1]}{advice.hint}"
         if beyond:  # the static pass saw a cut on the pair, and it was checked: the cut does not explain it

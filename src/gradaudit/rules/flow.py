@@ -368,7 +368,8 @@ SamplerGradient = define(
 
 WritesVariable = define(
     "GA112", "writes-variable", Severity.ERROR,
-    fix="Do not write weights in a serving signature: for a pruned Keras model, export "
+    fix="Do not write weights in a serving signature: export the inference function, not a training step "
+        "(optimizer.apply / assign in the signature); for a pruned Keras model, export "
         "tfmot.sparsity.keras.strip_pruning(model) instead of the wrapped model; call layers with training=False; "
         "keep state that must change (counters, statistics) in non-trainable variables.",
     explains_mismatch=True,

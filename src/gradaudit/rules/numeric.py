@@ -221,9 +221,11 @@ def mismatch_advice(custom_gradients: Sequence[OpRef], assuming: Sequence[OpRef]
                f"{_ops_text(assuming, 4)}." if assuming else
                "No op with a registered gradient known to differ from its derivative was found: look at gradients "
                "registered by imported libraries (tf.RegisterGradient) and at the inputs."))
-    fix = ("The model has no custom gradient: look at the ops named in the message and at what their registered "
-           "gradients assume of the inputs" + ("; the inputs given with --inputs may not be what they assume."
-                                               if given else "; pass real examples with --inputs."))
+    look = ("look at the ops named in the message and at what their registered gradients assume of the inputs"
+            if assuming else "look at what the ops' registered gradients assume of the inputs (indices that repeat, "
+            "labels or lengths outside their range) and at gradients registered by imported libraries")
+    fix = (f"The model has no custom gradient: {look}" + ("; the inputs given with --inputs may not be what they "
+                                                         "assume." if given else "; pass real examples with --inputs."))
     return MismatchAdvice(hint, fix, assuming[0] if len(assuming) == 1 else None)
 
 

@@ -125,12 +125,16 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
 def _batch_point(loaded, plan, base: dict, options: StabilityOptions, outcome: StabilityOutcome) -> dict:
     """The probes' base point: `base` (one example), or the numeric checks' batch when the model's outputs
     for one example change with the others of its batch (said in a note)."""
+    import numpy as np
+
     from ..numeric.inputs import synthesise
 
     n = options.numeric
     if n.batch_size >= options.batch_size:
         return base
     wider = synthesise(plan.specs, replace(n, batch_size=options.batch_size), plan.domains)
+    if all(np.shape(wider[k]) == np.shape(v) for k, v in base.items() if k in wider):
+        return base  # the signature fixes its inputs' shapes: there is no batch size to choose
     why = _mixes_examples(loaded.fn, wider, plan.float_outputs)
     if not why:
         return base

@@ -444,8 +444,9 @@ def _variable_write_findings(analysis) -> list:
         srcs, outs = analysis.source_names(written), analysis.output_names(out)
         findings.append(WritesVariable.finding(
             f"{node.ref.label} writes trainable variable(s) {_names(srcs)} when the signature runs: every call "
-            "changes the deployed weights (a serving signature must not write them), and the gradient to "
-            f"{_names(outs) or 'its outputs'} is taken through the value read after the write, so a numeric "
-            "difference for these variables is expected", op=node.ref,
+            "changes the deployed weights (a serving signature must not write them), and each evaluation of "
+            f"{_names(outs) or 'its outputs'} starts from the weights the one before wrote, so finite differences "
+            "for these variables do not measure the gradient: a numeric difference for them is expected",
+            op=node.ref,
             sources=srcs, outputs=outs))
     return findings
