@@ -213,9 +213,10 @@ NonfiniteForward = define(
     Reports the scales of the probe ladder at which an output is Inf or NaN, and the op that
     first produced a non-finite value from finite inputs ("Exp received 100 and returned inf").
     Where the float64 copy of the model gives a finite value there that fits in the model's own
-    dtype (the true result is ordinary; an intermediate of the written form overflows) and no
-    static lint already reports the form, it is an error, that value its evidence; a value that
-    itself lies beyond the dtype's range (exp(100) in float32) stays a warning.
+    dtype (the true result is ordinary; an intermediate of the written form overflows), the
+    gradient is NaN or Inf there too and no static lint already reports the form, it is an error,
+    that value its evidence; a value that itself lies beyond the dtype's range (exp(100) in
+    float32), or whose gradient stays finite (a custom gradient written for it), stays a warning.
 
     ## Why is this bad?
     A loss that is inf at inputs of size 100 makes training fail on the first such batch;

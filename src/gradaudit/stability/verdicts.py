@@ -97,12 +97,14 @@ def _ladder_findings(groups, inputs: list[str], hazards: list[Hazard]) -> list[F
             text, rule = _forward_text(observed, inputs, outputs), rules.NonfiniteForward
         text += _cause_text(observed[0], op, hazards)
         severity = None
-        fitting = next((o for o in observed if o.fits), None) if kind != GRADIENT else None
+        # the true result is an ordinary number of the model's dtype while the gradient there is NaN/Inf too: the
+        # written form overflows, not the value, and a training step on such an input breaks
+        fitting = next((o for o in observed if o.fits and o.gradient), None) if kind != GRADIENT else None
         if fitting is not None and not _linted(fitting, op, hazards):
-            # the true result is an ordinary number of the model's dtype: the written form overflows, not the value
             text += (f" The true value there is finite and fits in the model's dtype ({fitting.fits} by the float64 "
-                     f"copy at {fitting.where(inputs)}): an intermediate of this form overflows where the result "
-                     "does not, so training on such an input fails where a stable form would not.")
+                     f"copy at {fitting.where(inputs)}), and the gradient is {fitting.gradient} there: an intermediate "
+                     "of this form overflows where the result does not, so training on such an input fails where "
+                     "a stable form would not.")
             severity = Severity.ERROR
         finding = rule.finding(text, op=op, sources=sources, outputs=outputs, severity=severity)
         fix = _FIX_BY_OP.get(op.op_type) if op is not None else None
