@@ -115,7 +115,9 @@ ASSUMING = frozenset({*DISTRIBUTION_LABELS, "SparseSoftmaxCrossEntropyWithLogits
                       # repeated singular values or eigenvalues, a factor exactly zero, a singular or non-positive
                       # matrix, a rank-deficient QR
                       "Svd", "SelfAdjointEigV2", "Eig", "Cumprod", "Qr", "MatrixDeterminant",
-                      "LogMatrixDeterminant", "Cholesky", "MatrixSquareRoot"})
+                      "LogMatrixDeterminant", "Cholesky", "MatrixSquareRoot",
+                      # a scatter update's gradient hands every update its part: the derivative for distinct rows only
+                      *SCATTER_UPDATES})
 
 
 # Op types whose forward has a kink or a jump at some inputs (its slope changes there): the only ops that can
