@@ -77,11 +77,6 @@ def file_digest(path: str) -> str | None:
         return None
 
 
-def files_digest(root: str, names: Iterable[str]) -> dict[str, str] | None:
-    """Each named file's digest, by its path relative to `root`; None when one is not a regular file."""
-    return _digests({name: os.path.join(root, name) for name in names})
-
-
 def _digests(files: dict[str, str]) -> dict[str, str] | None:
     """Each file's digest by its name; None when one is not a regular file."""
     digests = {}
@@ -99,7 +94,7 @@ def saved_model_digest(folder: str) -> dict[str, str] | None:
     from .targets import saved_model_files
 
     files = saved_model_files(folder)
-    return None if files is None else files_digest(folder, files)
+    return None if files is None else _digests(files)
 
 
 def source_digest(root: Path) -> str:

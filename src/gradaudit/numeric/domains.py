@@ -354,7 +354,7 @@ def _position(g, node, uses: _IntegerUses) -> None:
 
 def _classes(g, node, uses: _IntegerUses) -> None:
     """Class labels of the logits at input 0: in [0, their last dimension), the smallest over such ops."""
-    n = _last_dim(g, node.inputs[0][0])
+    n = _dim(g, node.inputs[0][0], -1)
     if n and (uses.classes is None or n < uses.classes[0]):
         uses.classes = (n, node.ref)
 
@@ -387,22 +387,13 @@ def _from_range(g, t: int) -> bool:
     return False
 
 
-def _first_dim(g, t: int) -> int | None:
-    """The first dimension of tensor `t` as saved with the graph, None when unknown."""
+def _dim(g, t: int, axis: int) -> int | None:
+    """Dimension `axis` of tensor `t` as saved with the graph (`_output_shapes`), None when unknown."""
     shape = g.shape.get(t)
     dims = list(getattr(shape, "dim", ()))
-    if not dims or getattr(shape, "unknown_rank", False) or dims[0].size < 1:
+    if not dims or getattr(shape, "unknown_rank", False) or dims[axis].size < 1:
         return None
-    return int(dims[0].size)
-
-
-def _last_dim(g, t: int) -> int | None:
-    """The last dimension of tensor `t` as saved with the graph (`_output_shapes`), None when unknown."""
-    shape = g.shape.get(t)
-    dims = list(getattr(shape, "dim", ()))
-    if not dims or getattr(shape, "unknown_rank", False) or dims[-1].size < 1:
-        return None
-    return int(dims[-1].size)
+    return int(dims[axis].size)
 
 
 def _along_first_dim(g, node) -> bool:
@@ -421,7 +412,7 @@ def _table_rows(g, params: int, variable_shapes: dict, saved: bool = False) -> i
         shape = variable_shapes.get(params)
         if shape:
             return shape[0]
-        if saved and (rows := _first_dim(g, params)) is not None:
+        if saved and (rows := _dim(g, params, 0)) is not None:
             return rows
         src = g.aliased_from.get(params)
         if src and len(src) == 1:

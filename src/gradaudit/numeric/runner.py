@@ -237,8 +237,9 @@ class Runner:
         try:
             out, g_in, g_var = self._gradient(self.inputs, {o: tf.constant(u[o]) for o in self.float_outputs})
         except Exception as exc:  # TensorFlow refusing to differentiate the model, in whatever words it uses
-            if not isinstance(exc, (LookupError, tf.errors.OpError, ValueError, TypeError)) and not (
-                    raised_by_tensorflow(exc)):  # e.g. a failed `assert` in cond_v2's gradient of a loaded If
+            # (a failed `assert` in cond_v2's gradient of a loaded If, too); anything else is gradaudit's own
+            if not (isinstance(exc, (LookupError, tf.errors.OpError, ValueError, TypeError))
+                    or raised_by_tensorflow(exc)):
                 raise
             raise ModelError(describe(exc), "gradient") from exc
         return {k: np.asarray(v) for k, v in out.items()}, g_in, g_var

@@ -363,8 +363,7 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
         if use64:
             raise _Float64Failed(f"the float64 copy does not run: {exc}", str(exc)) from exc
         failed = _model_error(exc, groups, plan, dtype, _synthesised_structure(plan, options))
-        return NumericOutcome(results + failed.results, failed.findings, notes + failed.notes, stopped=failed.stopped,
-                              raised=failed.raised)
+        return replace(failed, results=results + failed.results, notes=notes + failed.notes)
     return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
 
 

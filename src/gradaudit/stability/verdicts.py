@@ -141,12 +141,13 @@ def _forward_text(observed, inputs: list[str], outputs: tuple[str, ...]) -> str:
     return text
 
 
-def _linted(first, op, hazards: list[Hazard]) -> bool:
-    """Whether a static hazard lint is reported on the op at fault (it carries the error then)."""
+def _linted(first, op, hazards: list[Hazard]) -> list[Hazard]:
+    """The static hazard lints reported on the op at fault, as the first observation's forensics located it (the
+    op, or the suspects inside the function it ran)."""
     if first.culprit is None or op is None:
-        return False
+        return []
     inside = set(first.culprit.suspects)
-    return any(op in h.involved or inside & h.involved for h in hazards)
+    return [h for h in hazards if op in h.involved or inside & h.involved]
 
 
 def _cause_text(first, op, hazards: list[Hazard]) -> str:
@@ -155,9 +156,7 @@ def _cause_text(first, op, hazards: list[Hazard]) -> str:
     if first.culprit is None or op is None:
         return ". The op at fault could not be located" + (f": {first.note}." if first.note else ".")
     text = f". First non-finite value from {op.label}: {first.culprit.detail}."
-    inside = set(first.culprit.suspects)
-    linted = sorted({f"{h.rule.code} {h.rule.slug}" for h in hazards
-                     if op in h.involved or inside & h.involved})
+    linted = sorted({f"{h.rule.code} {h.rule.slug}" for h in _linted(first, op, hazards)})
     if linted:
         text += f" The hazard {', '.join(linted)} is reported there."
     return text
