@@ -469,11 +469,10 @@ def _uncaptured_trainable(model: AuditTarget, sig: SignatureGraph) -> list[Uncap
     """Trainable variables of the saved object that this signature does not capture: training through it gives
     them no gradient (Keras: "Gradients do not exist for variables"), with the other entry points that read
     them."""
-    captured = {v.name for v in sig.variables.values()}
-    uncaptured = {v.name: v for v in model.all_variables() if v.trainable and v.name not in captured}
+    captured = {v.identity for v in sig.variables.values()}
+    uncaptured = [v for v in model.all_variables() if v.trainable and v.identity not in captured]
     readers = model.entry_point_readers() if uncaptured and hasattr(model, "entry_point_readers") else {}
-    return [UncapturedVariable(v, tuple(sorted(readers.get(name, set()) - {sig.key})))
-            for name, v in uncaptured.items()]
+    return [UncapturedVariable(v, tuple(sorted(readers.get(v.identity, set()) - {sig.key}))) for v in uncaptured]
 
 
 def _uncertain_pairs(g: Dataflow, masks: ReachMasks, source_tensor: dict[int, int],

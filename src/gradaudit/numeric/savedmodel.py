@@ -40,11 +40,9 @@ def saved_model_info(model: SavedModelFile, signature: str, path: str | None = N
     """What the checks need of one signature, from the static pass's parse of the model (never read again).
     `path`: where the model is loaded from, when not the parse's own path (the child runs in another folder and
     is given the absolute one)."""
-    from ..targets.saved_model import variable_display_names
-
     function, bound_ids = model.concrete_signature(signature)
     nodes = model.object_graph.nodes
-    names = variable_display_names(model.object_graph, bound_ids)
+    names = model.variable_names()  # the static pass's names of the same variables
     bound: list[BoundVariable | None] = []
     for position, node_id in enumerate(bound_ids):
         node = nodes[node_id]

@@ -33,10 +33,18 @@ class VariableInfo:
     trainable: bool
     dtype: int
     shape: tuple[int | None, ...] | None
+    # its node in the SavedModel's object graph: what tells apart variables that share a name (every tf.Variable
+    # created without one is 'Variable'); None where there is no object graph (a traced function, a TF1 model)
+    node_id: int | None = None
+
+    @property
+    def identity(self) -> int | str:
+        """What makes this variable one variable: its object-graph node, else its name."""
+        return self.node_id if self.node_id is not None else self.name
 
 
 def variable_display_names(object_graph, node_ids) -> dict[int, str]:
-    """A name for each variable node of `node_ids` (the variables one entry point captures): its SavedVariable
+    """A name for each variable node of `node_ids` (the saved object's variables): its SavedVariable
     name (dense/kernel), or, where several of them share that name (every tf.Variable created without one
     is 'Variable'), that name with the variable's path in the object graph ('Variable (w1)'), so that each
     source of a report is one variable."""
@@ -130,6 +138,8 @@ def _result_names(structure) -> list[str] | None:
 
 
 KERAS_LAYER_TRACES = frozenset({"call_and_return_conditional_losses", "call_and_return_all_conditional_losses"})
+# The root attributes under which an exporter saves a second copy of the weights (Keras 3's ExportArchive).
+EXPORT_COPY_LISTS = frozenset({"_all_variables"})
 
 
 class SavedModelFile:
@@ -299,21 +309,45 @@ class SavedModelFile:
         readers: dict[str, set[str]] = {}
         for key in self.signature_keys():
             for v in self.signature(key).variables.values():
-                readers.setdefault(v.name, set()).add(key)
+                readers.setdefault(v.identity, set()).add(key)
         for path, fn in self.saved_functions().items():
             if path.split("#")[0].rsplit(".", 1)[-1] in KERAS_LAYER_TRACES:
                 continue
             for v in self._function_graph(fn).variables.values():
-                readers.setdefault(v.name, set()).add(path)
+                readers.setdefault(v.identity, set()).add(path)
         return readers
 
     def all_variables(self) -> list[VariableInfo]:
-        out = []
-        for node in self.object_graph.nodes:
-            if node.WhichOneof("kind") == "variable":
-                v = node.variable
-                out.append(VariableInfo(v.name, v.trainable, v.dtype, _shape(v.shape)))
-        return out
+        """Every variable of the saved object, named once over the whole object (variable_display_names)."""
+        nodes = self.object_graph.nodes
+        return [VariableInfo(name, nodes[i].variable.trainable, nodes[i].variable.dtype,
+                             _shape(nodes[i].variable.shape), i) for i, name in self.variable_names().items()]
+
+    def variable_names(self) -> dict[int, str]:
+        """Each variable node's one name over the whole saved object: an entry point's sources and the variables
+        it leaves out are named alike, so 'Variable (w)' is the same variable in every row. An exporter's second
+        copy of the weights (export_copies) is not one of the object's variables."""
+        nodes = self.object_graph.nodes
+        copies = self.export_copies()
+        return variable_display_names(self.object_graph, [i for i, node in enumerate(nodes)
+                                                          if node.WhichOneof("kind") == "variable" and i not in copies])
+
+    def export_copies(self) -> frozenset[int]:
+        """The variable nodes an exporter saves as a second copy of weights the object holds under the same name:
+        Keras 3's ExportArchive tracks every weight in `variables` (which its signatures capture) and again, as
+        separate variables, in `_all_variables`. A variable reached only through such an attribute and named like
+        one reached otherwise is that weight's copy, not a variable the signatures leave untrained."""
+        nodes = self.object_graph.nodes
+        reached, queue = {0}, [0]
+        while queue:  # every node reached from the root without passing through an exporter's copy list
+            i = queue.pop()
+            for child in nodes[i].children if i < len(nodes) else ():
+                if child.node_id not in reached and not (i == 0 and child.local_name in EXPORT_COPY_LISTS):
+                    reached.add(child.node_id)
+                    queue.append(child.node_id)
+        variables = [i for i, node in enumerate(nodes) if node.WhichOneof("kind") == "variable"]
+        names = {nodes[i].variable.name for i in variables if i in reached}
+        return frozenset(i for i in variables if i not in reached and nodes[i].variable.name in names)
 
     def signature(self, key: str) -> SignatureGraph:
         sigs = self.meta_graph.signature_def
@@ -334,12 +368,12 @@ class SavedModelFile:
     def _variables_of_objects(self, refs: list[tuple[str, int]]) -> dict[str, VariableInfo]:
         """(tensor, object node id) of an entry point's captured inputs -> the variables among them, each
         named once (variable_display_names)."""
-        names = variable_display_names(self.object_graph, [obj_id for _, obj_id in refs])
+        names = self.variable_names()
         out = {}
         for ref, obj_id in refs:
             if obj_id in names:
                 v = self.object_graph.nodes[obj_id].variable
-                out[ref] = VariableInfo(names[obj_id], v.trainable, v.dtype, _shape(v.shape))
+                out[ref] = VariableInfo(names[obj_id], v.trainable, v.dtype, _shape(v.shape), obj_id)
         return out
 
     def _tf1_trainable(self) -> set[str]:
@@ -379,7 +413,8 @@ class SavedModelFile:
                          for ref, obj_id in zip(data_inputs[len(data_inputs) - len(bound):], bound)]
         variables.update(self._variables_of_objects(refs))
         tf1_trainable = None
-        by_name = {v.name: v for v in self.all_variables()}
+        nodes_graph = self.object_graph.nodes
+        by_name = {nodes_graph[v.node_id].variable.name: v for v in self.all_variables() if v.node_id is not None}
         for node in nodes:  # variable nodes the object graph does not describe (TF1 models)
             if node.op in ("VarHandleOp", "VariableV2", "Variable") and node.name not in variables:
                 shared = node.attr["shared_name"].s.decode() if "shared_name" in node.attr else ""
