@@ -302,11 +302,11 @@ class SavedModelFile:
                     out[key] = name
         return out
 
-    def entry_point_readers(self) -> dict[str, set[str]]:
-        """Variable name -> the signatures and saved functions that capture it. Keras' own per-layer traces
+    def entry_point_readers(self) -> dict[int | str, set[str]]:
+        """Variable (its identity) -> the signatures and saved functions that capture it. Keras' own per-layer traces
         (`call_and_return_conditional_losses`, `call_and_return_all_conditional_losses`: tf-keras saves one per
         layer and per training mode) are the library's, not entry points a user serves or trains through."""
-        readers: dict[str, set[str]] = {}
+        readers: dict[int | str, set[str]] = {}
         for key in self.signature_keys():
             for v in self.signature(key).variables.values():
                 readers.setdefault(v.identity, set()).add(key)
