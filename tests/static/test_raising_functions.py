@@ -42,6 +42,20 @@ def _dynamic_qr():
     return M()
 
 
+def _prevent_on_one_of_two_paths():
+    """PreventGradient on one of the two paths from x to y (the other, x * 2, carries a gradient): TensorFlow still
+    raises for every pair, so no path's part is "missed"."""
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(2.0, name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": tf.raw_ops.PreventGradient(input=x * self.w, message="no") + x * 2.0}
+
+    return M()
+
+
 def _check(tmp_path, name, module, op_type):
     path = save_module(module, str(tmp_path / name))
     truth = tape_truth(path, ["serving_default"])["serving_default"]
@@ -53,11 +67,16 @@ def _check(tmp_path, name, module, op_type):
         assert op_type in {c.op.op_type for c in e.blocked_by}
     [f] = [f for f in report.findings if f.rule == "gradient-raises"]
     assert f.op.op_type == op_type and "every pair of the signature" in f.message
+    assert "misses" not in f.message and "cuts" not in f.message  # it raises: it neither cuts nor drops a part
     assert report.flow[0].to_dict()["raises"] is True
 
 
 def test_prevent_gradient_in_a_nested_function_raises_for_every_pair(tmp_path):
     _check(tmp_path, "prevent", _prevent_in_a_nested_function(), "PreventGradient")
+
+
+def test_prevent_gradient_beside_a_differentiable_path_raises_for_every_pair(tmp_path):
+    _check(tmp_path, "prevent_partial", _prevent_on_one_of_two_paths(), "PreventGradient")
 
 
 def test_dynamic_shape_qr_raises_for_every_pair(tmp_path):

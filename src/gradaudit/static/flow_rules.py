@@ -189,6 +189,12 @@ def _cut_message(analysis, ref, cut, dead: bool) -> str:
         function=analysis.gradient_functions.get(cut.node.custom_gradient or "", "?"), error=cut.node.grad_error,
         module=module)
     parts = []
+    if breaks_the_function(cut):  # TensorFlow raises: no pair is cut or loses a part, every pair's gradient fails
+        on_path = set(cut.blocked_pairs) | set(cut.partial_pairs)
+        return (f"{ref.label}: {reason}; it lies on the gradient's path {_pairs(analysis, on_path)}, and TensorFlow "
+                "builds the backward of the loaded signature as a whole (nested functions included), so "
+                "differentiating it raises for every pair of the signature, not only these: their flow status is "
+                "blocked (raises)")
     if cut.blocked_pairs:
         parts.append(f"it cuts the gradient {_pairs(analysis, cut.blocked_pairs)}")
     if cut.partial_pairs:
@@ -199,12 +205,7 @@ def _cut_message(analysis, ref, cut, dead: bool) -> str:
             part = "so the gradient misses this path's part"
         parts.append(("and " if parts else "it ") + "cuts one path of the gradient while other paths still "
                      f"carry one {_pairs(analysis, cut.partial_pairs)}, {part}")
-    msg = f"{ref.label}: {reason}; {' '.join(parts)}"
-    if breaks_the_function(cut):
-        msg += ("; TensorFlow builds the backward of the loaded signature as a whole (nested functions "
-                "included), so differentiating it raises for every pair of the signature, not only these: "
-                "their flow status is blocked (raises)")
-    return msg
+    return f"{ref.label}: {reason}; {' '.join(parts)}"
 
 
 def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
