@@ -62,9 +62,9 @@ def audit_saved_model(path: str, options: AuditOptions, signature: str | None = 
     if not gate.run:
         return reconcile(static, gate)
     if options.timeout:
-        return _reconciled(static, gate, _runtime_in_child(static, path, options))
+        return _reconciled(static, gate, _runtime_in_child(static, options))
     try:
-        runtime = run_saved_model(static, path, options)
+        runtime = run_saved_model(static, options)
     except StageFailed as exc:
         raise exc.error.with_report(reconcile(static, gate, replace(exc.partial, isolation=_IN_PROCESS))) from exc
     return reconcile(static, gate, replace(runtime, isolation=_IN_PROCESS))
@@ -137,7 +137,7 @@ def _executed_part(path: str, options: AuditOptions, static: StaticResult | None
 
             load_ops(options.load_ops)
         try:
-            return {"runtime": encode(run_saved_model(static, path, options))}
+            return {"runtime": encode(run_saved_model(static, options))}
         except StageFailed as exc:
             return {"runtime": encode(exc.result())}
     except InternalError as exc:
@@ -231,14 +231,14 @@ def _stopped(exc: Stopped) -> str:
     return f"did not finish: {exc}"
 
 
-def _runtime_in_child(static: StaticResult, path: str, options: AuditOptions) -> RuntimeResult:
+def _runtime_in_child(static: StaticResult, options: AuditOptions) -> RuntimeResult:
     """The runtime stages in the confined child, on this process's static pass: what they measured, or, when
     no result came, why (`stopped`)."""
     from .isolate import Stopped
     from .wire import WireError
 
     try:
-        child, isolation = _in_child(path, options, static)
+        child, isolation = _in_child(static.model.location, options, static)
     except Stopped as exc:
         return RuntimeResult(isolation=exc.isolation, stopped=f"numeric checks and stability probes "
                                                               f"{_stopped(exc)}; the static report is complete")

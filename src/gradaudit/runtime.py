@@ -100,12 +100,13 @@ def _out_of_memory(stage: str, exc: MemoryError) -> str:
             "the default is half of the physical memory); the stages after it did not run")
 
 
-def run_saved_model(static: StaticResult, path: str, options: AuditOptions) -> RuntimeResult:
-    """The runtime stages on a SavedModel, on the model read once (the static pass's parse) and loaded at most
-    once in each precision."""
+def run_saved_model(static: StaticResult, options: AuditOptions) -> RuntimeResult:
+    """The runtime stages on a SavedModel, on the model read once (the static pass's parse, which also says where
+    the model is) and loaded at most once in each precision."""
     from .numeric.runner import ModelLoads, graphs_as_written
 
     _full_tracebacks()
+    path = static.model.location
     key = static.target.signature or options.signature
     loads = ModelLoads(path, options.tags, key, static.model)
     local = _LocalMode(options, lambda: loads.get(False).fn)

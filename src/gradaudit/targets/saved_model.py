@@ -146,7 +146,8 @@ class SavedModelFile:
     kind: TargetKind = "saved_model"
 
     def __init__(self, path: str, tags: tuple[str, ...] = ("serve",)):
-        self.path = path
+        self.path = path  # as given: what messages and reports say
+        self.location = os.path.abspath(path)  # where the runtime loads it from, in any working folder
         self.started = time.monotonic()  # the static pass's deadline counts from here: parsing is part of it
         self.proto = self.parse(path)  # read once: the runtime stages take it from here
         self.meta_graph = self.choose_meta_graph(self.proto, tags)
