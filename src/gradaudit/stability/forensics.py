@@ -36,12 +36,15 @@ class Culprit:
 
 
 def _fmt(x: Any) -> str:
+    if np.iscomplexobj(x):  # a complex intermediate (tf.complex, an FFT): both parts
+        z = complex(x)
+        return f"{_fmt(z.real)}{'' if _fmt(z.imag).startswith('-') else '+'}{_fmt(z.imag)}j"
     x = float(x)
     return f"{x:.4g}" if np.isfinite(x) else ("nan" if np.isnan(x) else ("inf" if x > 0 else "-inf"))
 
 
 def _first_bad(values: np.ndarray) -> int | None:
-    bad = np.flatnonzero(~np.isfinite(np.asarray(values, dtype=np.float64)))
+    bad = np.flatnonzero(~np.isfinite(np.asarray(values)))  # a complex value: either part
     return int(bad[0]) if bad.size else None
 
 
@@ -64,6 +67,12 @@ def _received(inputs: list[np.ndarray], index: int, shape: tuple[int, ...]) -> s
 
 def _is_float(t) -> bool:
     return t.dtype.is_floating
+
+
+def _carries_gradient(t) -> bool:
+    """A tensor the backward gives a gradient: a float one, or a complex one (whose gradient is complex: a NaN made
+    in the backward of Angle or ComplexAbs travels through complex tensors before it reaches a float one)."""
+    return t.dtype.is_floating or t.dtype.is_complex
 
 
 def _frozen_graph_def(fn) -> tuple[Any, list[str], list[str], dict[str, np.ndarray | None]]:
@@ -320,7 +329,7 @@ class Forensics:
                 out = self._outputs[output]
                 u = tf.compat.v1.placeholder(tf.float64, shape=out.shape)
                 target = tf.reduce_sum(tf.cast(out, tf.float64) * u)
-                tensors = self._float_tensors()
+                tensors = [t for op in self._ops for t in op.outputs if _carries_gradient(t)]
                 grads = [None if g is None else tf.convert_to_tensor(g)  # IndexedSlices from a gather
                          for g in tf.gradients(target, tensors)]
             self._by_output[output] = (u, [(t, g) for t, g in zip(tensors, grads) if g is not None])
@@ -350,6 +359,14 @@ class Forensics:
                     return self._blame(op, values, index, np.shape(contribution), run)
         return None
 
+    def own_backward_finite(self, feed: dict[str, np.ndarray], output: str, cotangent: np.ndarray) -> bool:
+        """Whether the backward of `output` alone (its gradient with respect to every tensor of the frozen graph,
+        the other outputs left out) is finite at `feed`: where it is and the loaded signature's gradient of
+        `output` is not, the NaN/Inf comes from another output's backward, which TensorFlow runs with zero
+        cotangents as part of the signature's (0 × inf). Call after `backward` for the same output."""
+        u, pairs = self._by_output[output]
+        return all(bool(np.all(np.isfinite(g))) for g in self._run([g for _, g in pairs], feed, {u: cotangent}))
+
     def _contribution(self, op, t, grads, run):
         """What op's own backward gives input t (t has other consumers too). The paths from t to op through
         op's other inputs are stopped: in `where(x > 20, x, log(1 + exp(x)))` the NaN that reaches x is Exp's
@@ -361,7 +378,7 @@ class Forensics:
             return None
         key = (op.name, t.name)
         if key not in self._parts:
-            others = [i for i in op.inputs if i is not t and _is_float(i)]
+            others = [i for i in op.inputs if i is not t and _carries_gradient(i)]
             with self._graph.as_default():
                 ys = [tf.compat.v1.placeholder(o.dtype, shape=o.shape) for o in outs]
                 self._parts[key] = (ys, tf.gradients(outs, [t], grad_ys=ys, stop_gradients=others)[0])
@@ -405,7 +422,7 @@ class Forensics:
 
     def _blame(self, op, values, index: int, shape, run) -> Culprit:
         ref = self._ref(op)
-        ins = [values[t.name] if t.name in values else run(t) for t in op.inputs if _is_float(t)]
+        ins = [values[t.name] if t.name in values else run(t) for t in op.inputs if _carries_gradient(t)]
         received = _received(ins, index, shape)
         if op.type in CONTROL_FLOW:
             suspects = self._inside(op)

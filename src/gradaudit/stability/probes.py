@@ -56,6 +56,9 @@ class Observation:
     # for a non-finite forward: the float64 copy's value there when it is finite and within the model's own
     # dtype's range ("about 123"): the true result fits, an intermediate of the written form overflows
     fits: str = ""
+    # for a non-finite gradient whose own backward is finite: the output in whose backward the NaN/Inf was made
+    # (TensorFlow runs the signature's whole backward, zero cotangents for the other outputs: 0 × inf)
+    through: str = ""
 
     @property
     def reported(self) -> bool:
@@ -633,11 +636,33 @@ class Prober:
                                self.suspects(config, output))
         note = ""
         if culprit is None and key not in self._forensics_failed and len(self.plan.float_outputs) > 1:
-            # the frozen graph, differentiated for this output alone, has no NaN/Inf to locate
-            note = ("with several outputs TensorFlow runs the backward of the whole signature function (zero "
-                    "cotangents for the other outputs), so a NaN/Inf made in another output's backward (0 × inf) "
-                    "reaches this gradient; look at the findings on the other outputs first")
+            culprit, note, through = self._made_by_another_output(point, output, config, scale, sign)
+            return Observation(GRADIENT, scale, sign, config, value, culprit=culprit, note=note, through=through)
         return Observation(GRADIENT, scale, sign, config, value, culprit=culprit, note=note)
+
+    def _made_by_another_output(self, point, output, config, scale, sign) -> tuple[Culprit | None, str, str]:
+        """(culprit, note, the other output) of a non-finite gradient of `output` that the frozen graph,
+        differentiated for `output` alone, did not locate. Where that backward is finite at the point, the NaN/Inf
+        is made in another output's backward, which TensorFlow runs with zero cotangents as part of the
+        signature's (0 × inf): the op located there is the cause of both (one finding)."""
+        try:
+            alone_finite = self.forensics.own_backward_finite(point, output, self.u[output])
+        except Exception:  # noqa: BLE001 - forensics is best effort; the probe result stands
+            alone_finite = False
+        if not alone_finite:
+            return None, "", ""
+        for other in self.plan.float_outputs:
+            if other == output:
+                continue
+            found = self.culprit(("gradient", other, config, scale, sign),
+                                 lambda other=other: self.forensics.backward(point, other, self.u[other]),
+                                 self.suspects(config, other))
+            if found is not None:
+                return found, "", other
+        return None, ("with several outputs TensorFlow runs the backward of the whole signature function (zero "
+                      "cotangents for the other outputs), and this output's own backward is finite here, so a "
+                      "NaN/Inf made in another output's backward (0 × inf) reaches this gradient; look at the "
+                      "findings on the other outputs first"), ""
 
 
 def _fits(exact, output: str, value) -> str:

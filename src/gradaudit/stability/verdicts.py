@@ -95,7 +95,7 @@ def _ladder_findings(groups, inputs: list[str], hazards: list[Hazard]) -> list[F
         else:
             sources = tuple(dict.fromkeys(n for o in observed for n in o.config))
             text, rule = _forward_text(observed, inputs, outputs), rules.NonfiniteForward
-        text += _cause_text(observed[0], op, hazards)
+        text += _cause_text(observed[0], op, hazards) + _through_text(items)
         severity = None
         # the true result is an ordinary number of the model's dtype while the gradient there is NaN/Inf too: the
         # written form overflows, not the value, and a training step on such an input breaks
@@ -139,6 +139,17 @@ def _forward_text(observed, inputs: list[str], outputs: tuple[str, ...]) -> str:
     if not any(o.gradient for o in observed):
         text += f"; {'their gradients stay' if several else 'its gradient stays'} finite there"
     return text
+
+
+def _through_text(items) -> str:
+    """For outputs whose own backward is finite where their gradient is not: which output's backward made it."""
+    through: dict[str, str] = {}
+    for _, output, obs in items:
+        if obs.through:
+            through.setdefault(output, obs.through)
+    return "".join(f" {output}'s own backward is finite there: TensorFlow runs the signature's whole backward (zero "
+                   f"cotangents for the other outputs), so the NaN/Inf made in {other}'s backward reaches it (0 × inf)."
+                   for output, other in through.items())
 
 
 def _linted(first, op, hazards: list[Hazard]) -> list[Hazard]:
