@@ -202,6 +202,7 @@ class Prober:
         self._forensics_failed: set[tuple] = set()  # culprit keys whose frozen graph could not be differentiated
         outputs = self.loaded.fn(**{k: base[k] for k in plan.specs})
         self.base_outputs = {o: np.asarray(outputs[o]) for o in plan.float_outputs}
+        self._base_grads: dict[str, Any] | None = None  # the input gradients at the base point alone, on first use
         rng = np.random.default_rng([seed, 3])
         # A random signed cotangent, never ones: the gradient of sum(softmax(x)) is exactly zero.
         self.u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
@@ -413,7 +414,7 @@ class Prober:
             out, g_in, g_var = runner.gradient({o: np.concatenate([self.u[o]] * n, axis=0) for o in self.u})
         except ModelError:
             return None  # observed one by one, where the error is reported as it always was
-        if not self._base_rows_agree(out, rows):
+        if not self._base_rows_agree(out, rows) or not self._base_gradient_rows_agree(g_in, rows):
             return None
         rows_ok = self._finite_rows(out, g_in, n)
         if any(nonfinite(dense(g)) for g in g_var):
@@ -432,6 +433,27 @@ class Prober:
         for o, mine in self.base_outputs.items():
             theirs = np.asarray(out[o], np.float64)[:rows]
             mine64 = np.asarray(mine, np.float64)
+            size = float(np.max(np.abs(mine64[np.isfinite(mine64)]), initial=0.0))
+            if theirs.shape != mine64.shape or not np.allclose(theirs, mine64, rtol=1e-3, atol=1e-3 * size + 1e-30,
+                                                                  equal_nan=True):
+                return False
+        return True
+
+    def _base_gradient_rows_agree(self, g_in, rows: int) -> bool:
+        """Whether the first `rows` rows of the stacked input gradients are the base point's own: a model whose
+        examples meet only in the backward (a norm over the whole batch that the forward clips by, as
+        tf.clip_by_global_norm of a layer's activations does) gives equal outputs and different gradients, and a
+        gradient NaN at every point alone (a zero norm) can be finite in the stack."""
+        if self._base_grads is None:
+            _, grads = self.gradients(self.base, with_variables=False)
+            self._base_grads = {k: grads.get(k) for k in g_in}
+        for k, g in g_in.items():
+            mine = self._base_grads.get(k)
+            if (g is None) != (mine is None):
+                return False
+            if g is None or mine is None:
+                continue
+            theirs, mine64 = np.asarray(dense(g), np.float64)[:rows], np.asarray(mine, np.float64)
             size = float(np.max(np.abs(mine64[np.isfinite(mine64)]), initial=0.0))
             if theirs.shape != mine64.shape or not np.allclose(theirs, mine64, rtol=1e-3, atol=1e-3 * size + 1e-30,
                                                                   equal_nan=True):
