@@ -688,7 +688,7 @@ class Prober:
 
 
 def _fits(exact, output: str, value) -> str:
-    """The float64 copy's value of `output` ("about 1.23e+02", its largest magnitude) when it is finite and
+    """The float64 copy's value of `output` ("about -217", the one of largest magnitude) when it is finite and
     within the range of the dtype the model computed `value` in, else ""."""
     if exact is None or output not in exact[0]:
         return ""
@@ -696,8 +696,8 @@ def _fits(exact, output: str, value) -> str:
     dtype = np.asarray(value).dtype
     if not true.size or not np.all(np.isfinite(true)) or not np.issubdtype(dtype, np.floating):
         return ""
-    top = float(np.max(np.abs(true)))
-    return f"about {top:.3g}" if top <= float(np.finfo(dtype).max) else ""
+    top = float(true.flat[int(np.argmax(np.abs(true)))])  # the value of largest magnitude, with its sign
+    return f"about {top:.3g}" if abs(top) <= float(np.finfo(dtype).max) else ""
 
 
 def run_ladder(prober: Prober, scales) -> LadderOutcome:
