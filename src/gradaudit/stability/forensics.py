@@ -277,6 +277,10 @@ class Forensics:
         """The value of a frozen variable fed as a placeholder (`_lift_constants`), by tensor name."""
         return self._lifted.get(name)
 
+    def _differentiable_tensors(self):
+        """The tensors the backward gives a gradient: float and complex ones (_carries_gradient)."""
+        return [t for op in self._ops for t in op.outputs if _carries_gradient(t)]
+
     def _float_tensors(self):
         return [t for op in self._ops for t in op.outputs if _is_float(t)]
 
@@ -329,7 +333,7 @@ class Forensics:
                 out = self._outputs[output]
                 u = tf.compat.v1.placeholder(tf.float64, shape=out.shape)
                 target = tf.reduce_sum(tf.cast(out, tf.float64) * u)
-                tensors = [t for op in self._ops for t in op.outputs if _carries_gradient(t)]
+                tensors = self._differentiable_tensors()
                 grads = [None if g is None else tf.convert_to_tensor(g)  # IndexedSlices from a gather
                          for g in tf.gradients(target, tensors)]
             self._by_output[output] = (u, [(t, g) for t, g in zip(tensors, grads) if g is not None])
