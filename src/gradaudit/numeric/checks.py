@@ -344,8 +344,8 @@ class Checker:
             if var_dirs:
                 r.restore()
 
-    def _sweep(self, u, point: Point, in_dirs: dict[str, np.ndarray],
-               var_dirs: dict[int, np.ndarray]) -> Estimate:
+    def sweep_line(self, u, point: Point, in_dirs: dict[str, np.ndarray],
+                   var_dirs: dict[int, np.ndarray]) -> Estimate:
         return self._on_line(u, point, in_dirs, var_dirs,
                              lambda line: sweep.run(line, self.s.ladder, self.s.floor, self.s.resolution))
 
@@ -362,7 +362,7 @@ class Checker:
         in_dirs = {n: self.direction(np.asarray(inputs[n]), _np(point.g_in[n])) for n in group.inputs}
         var_dirs = self._balanced(group, point)
         at = self.runner.snapshot()
-        est = self._sweep(u, point, in_dirs, var_dirs)
+        est = self.sweep_line(u, point, in_dirs, var_dirs)
         kind = sweep.classify(est, self.s.floor, self.s.resolution)
         if kind == "fail" and self.s.strict and not est.rel_bound <= self.s.resolution:
             kind = "unresolved"
@@ -693,7 +693,8 @@ class Checker:
         failing, said = [], []
         for o in group.outputs:
             alone = {o: u[o]}
-            est = self._sweep(alone, self._gradient(alone, attempt.point.outputs), attempt.in_dirs, attempt.var_dirs)
+            est = self.sweep_line(alone, self._gradient(alone, attempt.point.outputs), attempt.in_dirs,
+                                  attempt.var_dirs)
             kind = sweep.classify(est, self.s.floor, self.s.resolution)
             failing += [o] if kind == "fail" else []
             said.append(f"{o} {'disagrees' if kind == 'fail' else 'agrees' if kind == 'pass' else 'cannot be decided'}"
@@ -753,7 +754,7 @@ class Checker:
                 continue
             parts = []
             for part in (idx[:len(idx) // 2], idx[len(idx) // 2:]):
-                est = self._sweep(u, confirming.point, {}, {i: confirming.var_dirs[i] for i in part})
+                est = self.sweep_line(u, confirming.point, {}, {i: confirming.var_dirs[i] for i in part})
                 spent += est.evaluations
                 parts.append((part, est, sweep.classify(est, self.s.floor, self.s.resolution)))
             failing = [(part, est) for part, est, kind in parts if kind == "fail"]

@@ -167,8 +167,48 @@ UnrunnableModel = define(
 )
 
 
+Float32Gradient = define(
+    "GA206", "float32-gradient", Severity.ERROR,
+    fix="Compute the part of the model that meets such values in float64 (tf.cast around it), or keep its values "
+        "in float32's range: normalise or scale the inputs down, or use a form of the function that stays in "
+        "range; where one op's float32 kernel is at fault, compute that op alone in float64.",
+    doc="""The gradient a float32 model computes is far from the exact one, which its float64 copy computes.
+
+    ## What it does
+    At the synthesised point and at the probe points the gradient is checked at, compares the model's
+    own float32 gradient with its float64 copy's (the same function, the same cotangent). A gap above
+    1% and far above float32's own noise at that point (how far the float32 gradient moves at a point
+    moved by a few rounding units) is checked with float64 finite differences along the direction
+    where the two gradients differ: when those agree with the float64 gradient, the float32 one is
+    wrong. The differences, both gradients along that direction and the gap are in the finding and in
+    the numeric row (`dtype` float32, `evidence`). When the differences cannot tell which gradient is
+    right, the verdict is `incomplete`.
+
+    ## Why is this bad?
+    The model trains with the float32 gradient. The float64 checks pass, because in exact arithmetic
+    the gradient is right, while every step of training in float32 follows a wrong direction (here a
+    sign can flip): TensorFlow's float32 arithmetic lost it (a backward through values near float32's
+    range, in its subnormals), or one of its float32 kernels is inaccurate at these values.
+
+    ## Example
+    ```python
+    y = tf.math.digamma(x)               # its gradient, TensorFlow's float32 Polygamma kernel,
+                                         # is wrong for x < -7.5 (float64 is right)
+    h = keras.layers.Rescaling(1e17)(x)  # a LayerNormalization after a huge scale:
+    h = keras.layers.LayerNormalization()(h)  # its float32 backward underflows
+    ```
+
+    ## Use instead
+    ```python
+    y = tf.cast(tf.math.digamma(tf.cast(x, tf.float64)), tf.float32)
+    h = keras.layers.LayerNormalization()(x)  # normalise before scaling, or scale less
+    ```
+    """,
+)
+
+
 RULES: tuple[Rule, ...] = (GradientMismatch, Nondeterministic, SurrogateGradient, MissingGradient,
-                           UnrunnableModel)
+                           UnrunnableModel, Float32Gradient)
 
 # Compiled modules from another framework (JAX's exporter): TensorFlow runs them as one op, and their gradient
 # is a second compiled module saved beside them, which nothing here can look inside.

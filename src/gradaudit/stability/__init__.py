@@ -155,6 +155,7 @@ def _ladder(prober, analysis, options: StabilityOptions, outcome: StabilityOutco
     outcome.numeric.extend(ladder.numeric)
     outcome.findings.extend(ladder.mismatches)
     outcome.notes.extend(ladder.notes)
+    outcome.incomplete.extend(ladder.undecided)
     findings, outcome.verdicts = ladder_findings(
         ladder.reported, plan.input_sources, hazards_of(analysis), ladder.scales)
     outcome.findings.extend(findings)

@@ -139,6 +139,9 @@ class LadderOutcome:
     mismatches: list[Finding] = field(default_factory=list)  # gradient-mismatch found there
     # (where, TensorFlow's reason) of the probe points where TensorFlow could not differentiate the model
     raised: list[tuple[str, str]] = field(default_factory=list)
+    # points where the float32 gradient differs from the float64 copy's and differences could not tell which is
+    # right (own_precision): the verdict is incomplete at best
+    undecided: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ class Prober:
         outputs = self.loaded.fn(**{k: base[k] for k in plan.specs})
         self.base_outputs = {o: np.asarray(outputs[o]) for o in plan.float_outputs}
         self._base_grads: dict[str, Any] | None = None  # the input gradients at the base point alone, on first use
+        self._own: Any = None  # own_precision.Comparison, on first use; False when the model is not compared
         rng = np.random.default_rng([seed, 3])
         # A random signed cotangent, never ones: the gradient of sum(softmax(x)) is exactly zero.
         self.u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
@@ -267,7 +271,7 @@ class Prober:
                                   f"({describe(exc)}): every non-finite value is reported.")
         return bool(self._f64)
 
-    def _float64_gradients(self, point: dict[str, np.ndarray], output: str | None, with_variables: bool = True):
+    def float64_gradients(self, point: dict[str, np.ndarray], output: str | None, with_variables: bool = True):
         """`gradients` of the float64 copy, None without one; a copy that loads but cannot run (a compiled
         XlaCallModule fixed to float32) is dropped, whatever the error, and the probes go on without it."""
         from ..numeric.runner import ModelError
@@ -335,7 +339,7 @@ class Prober:
         def float64_at(o: str):
             """(outputs, gradients) of the float64 copy at this point, None without one; once per output."""
             if o not in exact:
-                exact[o] = self._float64_gradients(point, o)
+                exact[o] = self.float64_gradients(point, o)
             return exact[o]
 
         seen: dict[tuple[str, str], Observation] = {}
@@ -492,6 +496,38 @@ class Prober:
         if failures and not all(r.status == "pass" for r in self.checked[before:]):
             self.mismatches.extend(failures)  # the model's gradient is not right there either: the op is named
 
+    def compare_precision(self, point: dict[str, np.ndarray], where: str, scale: float | None) -> None:
+        """The model's float32 gradient against its float64 copy's at `point` (own_precision), for a float32 model
+        with a float64 copy; `where` names the point in messages, `scale` is its signed probe scale."""
+        from ..numeric.runner import ModelError
+        from . import own_precision
+
+        if self._own is None:
+            why = own_precision.wanted(self)
+            self._own = own_precision.Comparison() if why is None else False
+            if why and self.plan.native == "float32":
+                self.notes.append(f"The float32 gradients were not compared with the float64 copy's: {why}.")
+        if self._own is False:
+            return
+        try:
+            own_precision.compare_at(self, point, where, scale, self._own)
+        except ModelError as exc:  # the probes report the points TensorFlow cannot differentiate
+            if exc.stage != "gradient":
+                raise
+
+    def has_float64(self) -> bool:
+        """Whether the float64 copy is loaded already (nothing is loaded here)."""
+        return bool(self._f64)
+
+    @property
+    def last64(self) -> tuple | None:
+        """(outputs, input gradients, variable gradients) of the float64 copy at its last whole-model point."""
+        return self._last64
+
+    def own_precision(self) -> Any:
+        """What comparing the float32 and float64 gradients gave (an own_precision.Comparison), None if nothing."""
+        return self._own or None
+
     def _whole_model_at(self, inputs: list[str], scale: float, sign: int) -> None:
         if self.plan.native != "float64":
             exact = self._float64_checks(None, inputs, scale, sign)
@@ -533,7 +569,7 @@ class Prober:
         point = self.point(tuple(inputs), scale, sign)
         # a runner without the variables' gradients unless they are checked too, moved to the point
         with_variables = self.variables_at_probe_points()
-        if self._float64_gradients(point, None, with_variables=with_variables) is None or self._last64 is None:
+        if self.float64_gradients(point, None, with_variables=with_variables) is None or self._last64 is None:
             return None
         results = self._check_groups(self.runner(None, True, with_variables), self._last64,
                                      ProbeAt(tuple(inputs), scale, sign), "float64", groups)
@@ -547,7 +583,7 @@ class Prober:
         from ..numeric.checks import Checker, Group
 
         f64 = dtype == "float64" and self.plan.native != "float64"
-        checker = Checker(runner, self._settings(runner, dtype, f64),
+        checker = Checker(runner, self.settings(runner, dtype, f64),
                           np.random.default_rng([self.seed, 5, int(probe.scale * 1e3), probe.sign + 1]))
         checker.base_outputs = at[0]
         at_outputs = self._cotangents(runner, at)
@@ -576,7 +612,7 @@ class Prober:
                                                           f"{f.message}"))
         return checked
 
-    def _settings(self, runner, dtype: str, f64: bool):
+    def settings(self, runner, dtype: str, f64: bool):
         """The numeric checks' Settings at a probe point, in `dtype` (`f64`: on the float64 copy of a model that
         is not float64): strict, as a probe point's extremes ask."""
         from ..numeric.checks import Settings
@@ -706,6 +742,9 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
     # Class-probability labels stay a distribution: they are not scaled.
     inputs = [n for n in plan.input_sources
               if getattr(plan.domains.inputs.get(n), "kind", None) != "distribution"]
+    if inputs or prober.var_names:
+        prober.compare_precision(dict(prober.base), "the inputs given with --inputs" if prober.given
+                                 else "the synthesised point", None)
     worst, reported, skipped = _climb(prober, inputs, scales)
     if prober.given and inputs:
         # The ladder scales the inputs normalised to a largest magnitude of 1: the given point itself is not on
@@ -715,7 +754,14 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
     notes = [f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
              "range of the inputs' dtype."] if skipped else []
     probed = sorted({abs(float(s)) for s in scales} - skipped - {0.0})
-    return LadderOutcome(results, reported, notes, probed, prober.checked, prober.mismatches, list(prober.raised))
+    own = prober.own_precision()
+    if own is not None:
+        from .own_precision import summary
+
+        notes += own.notes + summary(own)
+    return LadderOutcome(results, reported, notes, probed, prober.checked + (own.rows if own else []),
+                         prober.mismatches + (own.findings if own else []), list(prober.raised),
+                         own.undecided if own else [])
 
 
 def _climb(prober: Prober, inputs: list[str], scales):
@@ -740,6 +786,8 @@ def _climb(prober: Prober, inputs: list[str], scales):
             if (scale, sign) in CHECKED and config == configs[0] and seen and all(
                     obs.kind == OK for obs in seen.values()):
                 prober.check_at(list(config), scale, sign)
+                prober.compare_precision(prober.point(config, scale, sign),
+                                         f"the probe point inputs × {sign * scale:g}", sign * scale)
     return worst, reported, skipped
 
 

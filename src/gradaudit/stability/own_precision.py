@@ -1,0 +1,355 @@
+"""The gradient a float32 model trains with, against the exact one its float64 copy computes.
+
+The numeric checks and the probe-point checks of a float32 model run on its float64 copy: they tell whether the
+gradient TensorFlow builds is the derivative of the forward, in exact arithmetic. The model trains with its float32
+gradient, and TensorFlow's float32 arithmetic, or one of its float32 kernels, can be far off where float64 is not
+(the float32 Polygamma kernel, the gradient of digamma, for x < -7.5; a LayerNormalization after a huge rescaling,
+whose backward falls into float32's subnormals). At the synthesised point and at the probe points the gradient is
+checked at, both gradients (of the same u·f) are compared, source by source:
+
+- the gap ||g32 - g64|| / ||g64|| over the entries float32 can hold: where both are below FLOOR (float32's
+  smallest normal number over its rounding unit) float32 cannot represent the value whatever its arithmetic;
+- float32's own noise there: how far the float32 gradient moves, beyond the float64 one, at a point moved by
+  NUDGE (relative). A true gradient below float32's resolution (zero by an invariance, such as a shift before a
+  normalisation) differs by rounding alone, and a kink between the float32 and float64 values moves with it;
+- a gap above GAP and NOISE times that noise is checked against float64 finite differences along g32 - g64, the
+  direction where the two gradients disagree most. Differences that agree with the float64 gradient make the
+  float32 one wrong (GA206); differences that agree with the float32 gradient make the float64 copy the one that
+  is off (a note: the model's own gradient is right); anything else leaves the point undecided (`incomplete`).
+
+Only float32 models with a float64 copy are compared: a model that computes in float16 or bfloat16 inside is the
+`--precision` check's question, and a model with random ops draws other numbers in its copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult
+
+# A float32 gradient further than this from the exact one (relative, norm over the source) is not what the model
+# should train with; below it float32 rounding of a long chain can account for it.
+GAP = 1e-2
+# ... and further than this many times float32's own noise at the point.
+NOISE = 10.0
+# How far the point is moved (relative to each value) to measure that noise: a few float32 rounding units.
+NUDGE = 1e-6
+# A gap that moves the float32 outputs by fewer of their rounding units than this, even for a move of the source by
+# its own magnitude, is below what float32 resolves.
+RESOLVE = 100.0
+# Entries below this magnitude in both gradients are not compared: float32 cannot hold them accurately.
+FLOOR = float(np.finfo(np.float32).tiny / np.finfo(np.float32).eps)
+WHY = "the model's own float32 gradient against its float64 copy's, at the same point and cotangent"
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One source's float32 gradient against its float64 copy's at one point (norms over the source)."""
+
+    source: str
+    diff: float  # ||g32 - g64||
+    noise: float  # ||how far g32 moved at the nudged point, beyond how far g64 moved||: float32's own noise
+    norm64: float  # ||g64||
+    # how many rounding units of the float32 outputs (u·f) the gap moves them by, at most, when the source moves by
+    # its own magnitude: below RESOLVE the float32 forward cannot show the difference (a saturated tanh, whose
+    # float32 gradient is 0 where the true one is 1e-9), and neither can training
+    reach: float = np.inf
+
+    @property
+    def rel(self) -> float:
+        """The gap relative to the exact gradient (inf: that is zero and the float32 one is not)."""
+        return self.diff / self.norm64 if self.norm64 else (np.inf if self.diff else 0.0)
+
+    @property
+    def rel_noise(self) -> float:
+        return self.noise / self.norm64 if self.norm64 else (np.inf if self.noise else 0.0)
+
+    @property
+    def flagged(self) -> bool:
+        return self.diff > GAP * self.norm64 and self.diff > NOISE * self.noise and self.reach > RESOLVE
+
+    def text(self) -> str:
+        if self.norm64:
+            return f"{_pct(self.rel)} off (float32's own noise there {_pct(self.rel_noise)})"
+        return f"0 in float64, {self.diff:.2g} in float32 (float32's own noise there {self.noise:.2g})"
+
+
+@dataclass
+class Comparison:
+    """What comparing the two gradients at the points gave: rows for the gaps that were checked, findings,
+    notes, and the points left undecided (the verdict is `incomplete` at best)."""
+
+    rows: list[NumericResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)
+    points: int = 0  # points compared
+    largest: float = 0.0  # the largest gap seen below GAP
+    # gaps above GAP that float32's own noise at their point matches (a true gradient below float32's resolution
+    # there): (source, where, gap, noise)
+    noisy: list[tuple[float, str]] = field(default_factory=list)
+    # gaps above GAP below what the float32 outputs resolve (Gap.reach): (gap, what it is)
+    unresolved: list[tuple[float, str]] = field(default_factory=list)
+    # gaps above GAP whose direction float64 differences cannot resolve from zero: what they said, per point
+    unmeasurable: list[str] = field(default_factory=list)
+    forward: float = 0.0  # the float32 forward's relative gap from the float64 copy's at the last point compared
+
+
+    def record(self, gaps: list[Gap], where: str) -> None:
+        """Keep what the gaps at one point that are not flagged say (the summary's lines)."""
+        self.largest = max([self.largest] + [g.rel for g in gaps if g.rel <= GAP])
+        for g in gaps:
+            if g.rel <= GAP or g.flagged:
+                continue
+            if g.reach <= RESOLVE:
+                self.unresolved.append((g.rel, f"{g.source} at {where}: {g.text()}, moving the outputs by at most "
+                                               f"{g.reach:.2g} of their float32 rounding units"))
+            else:
+                self.noisy.append((g.rel, f"{g.source} at {where}: {g.text()}"))
+
+
+def _masked(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    small = (np.abs(a) < FLOOR) & (np.abs(b) < FLOOR)
+    return np.where(small, 0.0, a), np.where(small, 0.0, b)
+
+
+def gap_of(source: str, g32: tuple[np.ndarray, np.ndarray], g64: tuple[np.ndarray, np.ndarray],
+           resolution: float) -> Gap | None:
+    """The gap of one source from its gradients (at the point, at the nudged point) in float32 and float64, and
+    `resolution`: the source's magnitude over the float32 outputs' rounding (Gap.reach per unit of gap); None when a
+    gradient is missing, not finite or of another shape (the probes and the numeric checks report those)."""
+    arrays = [*g32, *g64]
+    if any(g is None for g in arrays) or len({np.shape(g) for g in arrays}) > 1 or not all(
+            np.all(np.isfinite(g)) for g in arrays):
+        return None
+    a, b = _masked(g32[0], g64[0])
+    an, bn = _masked(g32[1], g64[1])
+    diff = float(np.linalg.norm(a - b))
+    return Gap(source, diff, float(np.linalg.norm((an - a) - (bn - b))), float(np.linalg.norm(b)), diff * resolution)
+
+
+def forward_gap(out32: dict[str, Any], out64: dict[str, Any], outputs: list[str]) -> float:
+    """||f32 - f64|| / ||f64|| over the float outputs (inf where one is not finite and the other is)."""
+    a = np.concatenate([np.ravel(np.asarray(out32[o], np.float64)) for o in outputs])
+    b = np.concatenate([np.ravel(np.asarray(out64[o], np.float64)) for o in outputs])
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return np.inf
+    norm = float(np.linalg.norm(b))
+    diff = float(np.linalg.norm(a - b))
+    return diff / norm if norm else (np.inf if diff else 0.0)
+
+
+def nudged(point: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """`point` with every float value moved by about NUDGE of itself (integer inputs as they are)."""
+    moved = {}
+    for k, v in point.items():
+        x = np.asarray(v)
+        if np.issubdtype(x.dtype, np.floating):
+            x = (x.astype(np.float64) * (1 + NUDGE * rng.standard_normal(x.shape))).astype(x.dtype)
+        moved[k] = x
+    return moved
+
+
+@dataclass(frozen=True)
+class Along:
+    """Float64 finite differences along g32 - g64 (over the flagged sources), against both gradients there."""
+
+    numeric: float  # the differences' derivative
+    float64: float  # <g64, d>
+    float32: float  # <g32, d>
+    bound: float  # the differences' error bound
+    status: str  # sweep.classify of the float64 gradient along the line: pass, fail, unresolved, surrogate
+    evaluations: int
+
+    @property
+    def float32_wrong(self) -> bool:
+        off = abs(self.numeric - self.float32)
+        return self.status == "pass" and off > max(10 * self.bound, GAP * max(abs(self.numeric), abs(self.float32)))
+
+    @property
+    def unmeasurable(self) -> bool:
+        """The differences agree with the float64 gradient, and the float32 one is within their bound too: the gap
+        is below what even float64 differences of the forward resolve."""
+        return self.status == "pass" and abs(self.numeric - self.float32) <= 10 * self.bound
+
+    @property
+    def float64_wrong(self) -> bool:
+        off = abs(self.numeric - self.float32)
+        return self.status == "fail" and off <= max(10 * self.bound, GAP * abs(self.numeric))
+
+    def text(self) -> str:
+        return (f"along the direction where they differ, float64 finite differences give {self.numeric:.6g} "
+                f"(bound {self.bound:.2g}), the float64 gradient {self.float64:.6g} and the float32 gradient "
+                f"{self.float32:.6g}")
+
+
+def along_gap(prober, at64: tuple, flagged: list[Gap], grads: tuple[dict[str, Any], dict[str, Any]]) -> Along:
+    """Sweep the float64 copy (its runner at the point, `at64` its (outputs, input gradients, variable gradients))
+    along d = g32 - g64 over the flagged sources, each part scaled to its values' magnitude."""
+    from ..numeric import sweep
+    from ..numeric.checks import Checker, Point
+
+    g32, g64 = grads
+    runner = prober.runner(None, True, True)
+    names = {g.source for g in flagged}
+    in_dirs: dict[str, np.ndarray] = {}
+    var_dirs: dict[int, np.ndarray] = {}
+    a32 = 0.0
+    for s in names:
+        diff = np.asarray(g32[s], np.float64) - np.asarray(g64[s], np.float64)
+        if s in runner.inputs:
+            value = np.asarray(runner.inputs[s])
+        else:
+            value = np.asarray(runner.var_base[prober.var_names.index(s)])
+        size = float(np.sqrt(np.mean(np.square(value, dtype=np.float64)))) or 1.0
+        d = diff * (size / (float(np.sqrt(np.mean(np.square(diff)))) or 1.0))
+        a32 += float(np.sum(np.asarray(g32[s], np.float64) * d))
+        if s in runner.inputs:
+            in_dirs[s] = d
+        else:
+            var_dirs[prober.var_names.index(s)] = d
+    settings = prober.settings(runner, "float64", True)
+    checker = Checker(runner, settings, np.random.default_rng([prober.seed, 13]))
+    out, g_in, g_var = at64
+    est = checker.sweep_line(prober.u, Point(g_in, g_var, out), in_dirs, var_dirs)
+    status = sweep.classify(est, settings.floor, settings.resolution)
+    return Along(est.numeric, est.autodiff, a32, est.bound, status, est.evaluations)
+
+
+def compare_at(prober, point: dict[str, np.ndarray], where: str, scale: float | None, into: Comparison) -> None:
+    """Compare the float32 and float64 gradients of every source at `point` (`where` names it in messages, `scale`
+    is its signed probe scale, None for the synthesised point) and record what it gave `into`."""
+    rng = np.random.default_rng([prober.seed, 17, len(into.rows) + into.points])
+    moved = nudged(point, rng)
+    _, n32 = prober.gradients(moved, with_variables=True)
+    moved64 = prober.float64_gradients(moved, None, with_variables=True)
+    out32, g32 = prober.gradients(point, with_variables=True)
+    at = prober.float64_gradients(point, None, with_variables=True)
+    if moved64 is None or at is None or prober.last64 is None:
+        return
+    g64, n64 = at[1], moved64[1]
+    into.forward = forward_gap(out32, at[0], prober.plan.float_outputs)
+    into.points += 1
+    per_unit = _per_unit(prober, point, out32)
+    gaps = [g for g in (gap_of(s, (g32[s], n32.get(s)), (g64.get(s), n64.get(s)), per_unit(s)) for s in g32)
+            if g is not None]
+    flagged = [g for g in gaps if g.flagged]
+    into.record(gaps, where)
+    if not flagged:
+        return
+    along = along_gap(prober, prober.last64, flagged, (g32, g64))
+    if along.unmeasurable:
+        into.unmeasurable.append(f"{', '.join(g.source for g in flagged)} at {where} ({along.text()})")
+        return
+    _judge(prober, flagged, along, (where, scale), into)
+
+
+def _per_unit(prober, point: dict[str, np.ndarray], out32: dict[str, Any]):
+    """source -> its magnitude (the norm of its values, of ones where they are all zero) over the rounding of the
+    float32 outputs projected on the cotangent (float32's unit times ||u·f||): Gap.reach per unit of gap."""
+    phi = float(np.sqrt(sum(np.sum(np.square(prober.u[o] * np.asarray(out32[o], np.float64)))
+                            for o in prober.plan.float_outputs)))
+    rounding = float(np.finfo(np.float32).eps) * phi
+    values = {**{n: point[n] for n in prober.plan.input_sources},
+              **dict(zip(prober.var_names, prober.base_vars))}
+
+    def per_unit(source: str) -> float:
+        x = np.asarray(values[source], np.float64)
+        size = float(np.linalg.norm(x)) or float(np.sqrt(x.size))
+        return size / rounding if rounding > 0 else np.inf
+
+    return per_unit
+
+
+def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None], into: Comparison) -> None:
+    from ..rules import numeric as rules
+
+    where, scale = at
+    outputs = prober.plan.float_outputs
+    label = CheckedOutputs.of(outputs, outputs)
+    names = ", ".join(g.source for g in flagged)
+    worst = max(flagged, key=lambda g: g.rel)
+    gaps = "; ".join(f"{g.source}: {g.text()}" for g in flagged)
+    if along.float32_wrong:
+        status: CheckStatus = "fail"
+        reason = "the float32 gradient is not the derivative: the float64 copy's is"
+        into.findings.append(rules.Float32Gradient.finding(
+            f"At {where}, the gradient the model computes in float32 for {names} is far from the exact one: "
+            f"{gaps}. The float64 copy's gradient is the true one there: {along.text()}. {_forward(into.forward)}",
+            sources=tuple(g.source for g in flagged), outputs=tuple(outputs)))
+    elif along.float64_wrong:
+        status, reason = "pass", "the float32 gradient agrees with the differences; the float64 copy's does not"
+        into.notes.append(f"At {where}, the float64 copy's gradient for {names} is off where the model's own "
+                          f"float32 gradient is right ({along.text()}): the float64 copy, not the model, differs.")
+    else:
+        status, reason = "inconclusive", "float64 differences along the gap could not tell which gradient is right"
+        into.undecided.append(f"the float32 gradient of {names} differs from the float64 copy's at {where} "
+                              f"({_pct(worst.rel)}) and float64 differences could not tell which is right "
+                              f"({along.status} along the gap)")
+    for g in flagged:
+        into.rows.append(NumericResult(
+            source=g.source, outputs=label, status=status, rel_error=g.rel if np.isfinite(g.rel) else None,
+            step=None, dtype="float32", evaluations=along.evaluations + 4, reason=reason, precision_reason=WHY,
+            scale=scale, bound=GAP, evidence=f"{g.source}: {g.text()}; {along.text()}"))
+
+
+def _forward(gap: float) -> str:
+    if gap <= GAP * GAP:
+        return (f"The float32 forward agrees with the float64 copy's ({_pct(gap)} apart): float32's arithmetic in the "
+                "backward, or TensorFlow's float32 kernel of an op's gradient on the path, loses the gradient at "
+                "these values.")
+    return (f"The float32 forward is {_pct(gap)} off the float64 copy's there too: the model's values leave what "
+            "float32 computes accurately, and its gradient with them.")
+
+
+def _pct(x: float) -> str:
+    return "infinitely" if not np.isfinite(x) else f"{100 * x:.3g}%"
+
+
+def wanted(prober) -> str | None:
+    """Why the two gradients are not compared on this model (None: they are)."""
+    from ..numeric.session import random_ops
+    from .precision import compute_dtype
+
+    if prober.plan.native != "float32":
+        return f"the model computes in {prober.plan.native}"
+    own = compute_dtype(prober.analysis)
+    if own:
+        return f"the model computes in {own[0]} inside (see --precision)"
+    if random_ops(prober.info.op_types):
+        return "the model draws random numbers, which its float64 copy draws differently"
+    if prober.local and not prober.has_float64():
+        return "a large model decided by its local checks loads no float64 copy"
+    if not prober.float64():
+        return "no float64 copy of the model runs"
+    return None
+
+
+def summary(into: Comparison) -> list[str]:
+    """One line on the points compared: where the gradients agree, and the gaps float32's own noise matches."""
+    if not into.points:
+        return []
+    lines = []
+    if not into.rows:
+        lines.append(f"The float32 gradients agree with the float64 copy's at {into.points} point(s): within "
+                     f"{_pct(into.largest)}" + (" elsewhere" if into.noisy else "") + ".")
+    if into.noisy:
+        largest = max(into.noisy)[1]
+        lines.append(f"The float32 gradient differs from the float64 copy's by more than {_pct(GAP)} at "
+                     f"{len(into.noisy)} (source, point) pair(s), each within float32's own noise there, measured "
+                     f"at a point moved by {NUDGE:g} (the largest: {largest}): the true gradient is below what "
+                     "float32 resolves there, not a float32 error to report.")
+    if into.unresolved:
+        lines.append(f"The float32 gradient differs from the float64 copy's by more than {_pct(GAP)} at "
+                     f"{len(into.unresolved)} (source, point) pair(s), each by less than the float32 outputs resolve "
+                     f"(the largest: {max(into.unresolved)[1]}): a saturated function, whose float32 gradient is 0 "
+                     "or its rounding where the true one is too small to change the float32 outputs, not a float32 "
+                     "error to report.")
+    if into.unmeasurable:
+        lines.append(f"The float32 gradient differs from the float64 copy's beyond float32's noise at "
+                     f"{len(into.unmeasurable)} point(s), by less than float64 finite differences of the forward "
+                     f"resolve ({into.unmeasurable[0]}): not a float32 error to report.")
+    return lines

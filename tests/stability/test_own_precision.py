@@ -1,0 +1,167 @@
+"""The gradient a float32 model trains with, against the exact one (GA206). The float64 checks pass on these
+models, since in exact arithmetic their gradients are right, while the float32 gradient is far off: TensorFlow's
+float32 Polygamma kernel (digamma's gradient) for x < -7.5, and a LayerNormalization after a huge rescaling, whose
+float32 backward underflows. The truth is the tape on the loaded model in float32 against float64 central
+differences of the same function; the healthy twins (the same ops where float32 is accurate) pass, and a gradient
+that is exactly zero by an invariance (a shift before a normalisation), whose float32 value is rounding noise, is
+not reported."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+from helpers import save_module
+
+from gradaudit.api import AuditOptions, audit_saved_model
+
+
+class Digamma(tf.Module):
+    def __init__(self, scale: float):
+        self.scale = scale
+        self.w = tf.Variable([[0.5], [-0.3], [0.8], [0.2]], name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": tf.matmul(tf.math.digamma(self.scale * x), self.w)}
+
+
+class Softplus(tf.Module):
+    """digamma where float32 is accurate: its argument stays above 1."""
+
+    def __init__(self):
+        self.w = tf.Variable([[0.5], [-0.3], [0.8], [0.2]], name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": tf.matmul(tf.math.digamma(1.0 + tf.nn.softplus(x)), self.w)}
+
+
+class ShiftedNorm(tf.Module):
+    """y = layer_norm(x + b) · w: b's true gradient is exactly zero (a shift of every feature), its float32
+    gradient is rounding noise."""
+
+    def __init__(self):
+        self.b = tf.Variable(0.3, name="b")
+        self.w = tf.Variable(tf.random.stateless_normal([6, 2], seed=[1, 2]), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32, name="x")])
+    def __call__(self, x):
+        h = x + self.b
+        mean, var = tf.nn.moments(h, axes=[-1], keepdims=True)
+        return {"y": ((h - mean) * tf.math.rsqrt(var + 1e-3)) @ self.w}
+
+
+def _keras_norm(path: str, scale: float):
+    """The Keras model exported to `path`, and its float64 twin with the same weights (the truth's function)."""
+    def build(dtype):
+        inp = keras.Input((8,), name="x", dtype=dtype)
+        h = keras.layers.Rescaling(scale, dtype=dtype)(inp)
+        h = keras.layers.LayerNormalization(dtype=dtype)(h)
+        return keras.Model(inp, keras.layers.Dense(1, dtype=dtype)(h))
+
+    model, twin = build("float32"), build("float64")
+    twin.set_weights([w.astype(np.float64) for w in model.get_weights()])
+    model.export(path, verbose=False)
+    return path, twin
+
+
+def _float32_off(path: str, fn64, x: np.ndarray) -> float:
+    """The truth: the float32 tape gradient of sum(f) on the loaded model at x against float64 central
+    differences of the same function (`fn64`, written in float64), relative to their norm."""
+    loaded = tf.saved_model.load(path)  # kept: the signature refers to its variables
+    f = loaded.signatures["serving_default"]
+    xt = tf.constant(x, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = sum(tf.reduce_sum(v) for v in f(xt).values())
+    g = tape.gradient(y, xt).numpy().astype(np.float64)
+    numeric = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        h = 1e-6 * max(abs(x[i]), 1.0)
+        e = np.zeros_like(x)
+        e[i] = h
+        ends = [float(tf.reduce_sum(fn64(tf.constant(x + sign * e)))) for sign in (1, -1)]
+        numeric[i] = (ends[0] - ends[1]) / (2 * h)
+    return float(np.linalg.norm(g - numeric) / np.linalg.norm(numeric))
+
+
+W = np.array([[0.5], [-0.3], [0.8], [0.2]])
+
+
+def _gaps(report):
+    return [f for f in report.findings if f.code == "GA206"]
+
+
+def test_digamma_float32_kernel_is_caught_and_its_twin_passes(tmp_path):
+    bad = save_module(Digamma(2.0), str(tmp_path / "digamma"))
+    # at x = -20.5 (inputs of -10.25) TensorFlow's float32 gradient of digamma is -0.0476, the truth 9.82
+    x = np.array([[-10.25, -4.1, 3.3, -8.7]])  # digamma at -20.5, -8.2: float32's gradient -0.0476 for 9.82
+    assert _float32_off(bad, lambda v: tf.math.digamma(2.0 * v) @ W, x) > 0.5
+    r = audit_saved_model(bad, AuditOptions())
+    found = _gaps(r)
+    assert found and "x" in found[0].sources and r.verdict() == "fail", [f.message for f in r.findings]
+    assert "float64 finite differences give" in found[0].message
+    rows = [n for n in r.numeric if n.dtype == "float32" and n.status == "fail"]
+    assert rows and rows[0].evidence and rows[0].rel_error > 0.5
+    good = save_module(Softplus(), str(tmp_path / "softplus"))
+    assert _float32_off(good, lambda v: tf.math.digamma(1.0 + tf.nn.softplus(v)) @ W, x) < 1e-4
+    r = audit_saved_model(good, AuditOptions())
+    assert not _gaps(r) and r.verdict() == "pass", [f.message for f in r.findings]
+    assert any("float32 gradients agree with the float64 copy's" in n for n in (note.text for note in r.notes))
+
+
+def test_layer_norm_after_a_huge_scale_is_caught_and_its_twin_passes(tmp_path):
+    bad, fn64 = _keras_norm(str(tmp_path / "huge"), 1e17)
+    x = np.linspace(-1, 1, 8).reshape(1, 8) * 100
+    assert _float32_off(bad, fn64, x) > 0.1
+    r = audit_saved_model(bad, AuditOptions())
+    assert _gaps(r) and r.verdict() == "fail", [f.message for f in r.findings]
+    good, fn64 = _keras_norm(str(tmp_path / "plain"), 1.0)
+    assert _float32_off(good, fn64, x) < 1e-4
+    r = audit_saved_model(good, AuditOptions())
+    assert not _gaps(r) and r.verdict() == "pass", [f.message for f in r.findings]
+
+
+def test_a_gradient_zero_by_invariance_is_not_reported(tmp_path):
+    path = save_module(ShiftedNorm(), str(tmp_path / "shift"))
+    f = tf.saved_model.load(path)
+    x = tf.random.stateless_normal([2, 6], seed=[3, 4])
+    with tf.GradientTape() as tape:
+        y = tf.reduce_sum(f(x)["y"] * tf.constant([[1.0, -2.0]]))
+    gb = tape.gradient(y, f.b).numpy()
+    assert np.max(np.abs(gb)) < 1e-5  # the truth: zero, up to float32 rounding
+    r = audit_saved_model(path, AuditOptions())
+    assert not _gaps(r) and r.verdict() == "pass", [f.message for f in r.findings]
+
+
+class SaturatedMLP(tf.Module):
+    """sigmoid(tanh(x w1) w2): at the probe point × 100 the tanh saturates, its float32 gradient is 0 where the true
+    one is about 1e-9, too small to move the float32 output at all."""
+
+    def __init__(self):
+        self.w1 = tf.Variable(tf.random.stateless_normal([4, 8], seed=[5, 6]), name="w1")
+        self.w2 = tf.Variable(tf.random.stateless_normal([8, 1], seed=[7, 8]), name="w2")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": tf.sigmoid(tf.tanh(x @ self.w1) @ self.w2)}
+
+
+def test_a_saturated_tanh_is_not_reported(tmp_path):
+    path = save_module(SaturatedMLP(), str(tmp_path / "tanh"))
+    m = SaturatedMLP()
+
+    def fn64(v):
+        return tf.sigmoid(tf.tanh(v @ tf.cast(m.w1, tf.float64)) @ tf.cast(m.w2, tf.float64))
+
+    x = np.array([[0.3, -0.7, 0.5, 0.9]]) * 100
+    loaded = tf.saved_model.load(path)
+    y = float(loaded(tf.constant(x, tf.float32))["y"][0, 0])
+    e = np.eye(4) * 1e-3
+    g64 = np.array([(float(fn64(tf.constant(x + e[i]))[0, 0]) - float(fn64(tf.constant(x - e[i]))[0, 0])) / 2e-3
+                    for i in range(4)])
+    # the truth: moving x by its whole magnitude changes y by less than one float32 rounding unit of it
+    assert np.linalg.norm(g64) * np.linalg.norm(x) < np.finfo(np.float32).eps * abs(y)
+    r = audit_saved_model(path, AuditOptions())
+    assert not _gaps(r) and r.verdict() == "pass", ([f.message for f in r.findings], r.incomplete)
