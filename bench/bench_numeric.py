@@ -8,7 +8,8 @@
 
 3. Sensitivity and false failures over seeds (--seeds N): whole default audits (numeric checks, probes
    and their probe-point checks) of healthy and broken models, one audit per seed; a false failure is a
-   gradient-mismatch on a healthy model, sensitivity the share of seeds that fail a broken one.
+   gradient-mismatch or float32-gradient error on a healthy model, sensitivity the share of seeds that fail a
+   broken one.
 4. What --precision adds to a default audit (--precision): in a fresh process per model, a default audit then
    the same with --precision float16, the model evaluations of each stage counted (gradient passes and the
    rows they carry, a run of the frozen graph that fetches gradients counted as a gradient pass, line
@@ -103,8 +104,8 @@ for path in sys.argv[2:]:
         r = audit(path, seed=seed)
         print(json.dumps({"model": path, "seed": seed, "seconds": time.perf_counter() - start,
                           "verdict": r.verdict(),
-                          "mismatch": any(f.rule == "gradient-mismatch" and f.severity.value == "error"
-                                          for f in r.findings),
+                          "mismatch": any(f.rule in ("gradient-mismatch", "float32-gradient")
+                                          and f.severity.value == "error" for f in r.findings),
                           "statuses": sorted({n.status for n in r.numeric})}), flush=True)
 """
 
