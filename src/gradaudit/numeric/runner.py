@@ -378,6 +378,10 @@ class ModelLoads:
     def get(self, float64: bool) -> Loaded:
         return self._once(float64, lambda: load(self.info, self.tags, float64))
 
+    def has(self, float64: bool) -> bool:
+        """Whether that model is loaded already (nothing is loaded here)."""
+        return float64 in self._loaded
+
     def uncut(self) -> Loaded:
         """The float64 copy with every stop_gradient made an identity (`upcast.write_float64_copy`), loaded on
         first use: whether a cut explains a mismatch is checked on it."""

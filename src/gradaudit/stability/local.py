@@ -65,6 +65,31 @@ _FLOAT64 = 2  # DT_DOUBLE
 _LOW = frozenset({1, 19, 14})  # DT_FLOAT, DT_HALF, DT_BFLOAT16
 
 
+@dataclass(frozen=True)
+class OpGap:
+    """One op's float32 gradient against its float64 one at the values the model gave it, along one direction d
+    (scaled to those values) for one cotangent u of random signs: <g64, d>, <g32, d>, sum |g64 d| and ||op(x)||."""
+
+    op: OpRef
+    float64: float
+    float32: float
+    scale: float
+    output_norm: float
+
+    @property
+    def flagged(self) -> bool:
+        """Off by more than 1% of the exact value, than float32 rounding of the terms explains, and than the op's
+        float32 output resolves (a saturated tanh's float32 gradient is 0 where the true one is 1e-9)."""
+        gap = abs(self.float32 - self.float64)
+        eps = float(np.finfo(np.float32).eps)
+        return (gap > 1e-2 * abs(self.float64) and gap > 100 * eps * self.scale
+                and gap > 100 * eps * self.output_norm)
+
+    def text(self) -> str:
+        return (f"TensorFlow's float32 gradient of {self.op.label} is off at the values the model gives it: along one "
+                f"direction it gives {self.float32:.6g} where its float64 kernel gives {self.float64:.6g}")
+
+
 @dataclass
 class LocalOutcome:
     """Every local check of one point, and the differentiable ops that could not be checked here (a loop body, a
@@ -464,6 +489,45 @@ class LocalChecker:
         config.graph_options.rewrite_options.disable_meta_optimizer = True
         return _CheckGraph(tf.compat.v1.Session(graph=graph, config=config), feeds, phis, grads, held, cut, dropped)
 
+    # -- the float32 gradient of each op against its float64 one (own_precision names the op with it) ------------
+    def float32_gaps(self, feed: dict[str, np.ndarray]) -> list[OpGap]:
+        """Each float32 op on a gradient path that has a float64 kernel and is not linear in its inputs: its float32
+        gradient against its float64 one at the values the model's forward gave it (one run per chunk, the same
+        cotangent and direction for both); only the gaps own_precision would report (OpGap.flagged)."""
+        plain, _ = self._ops(LocalOutcome())
+        ops = [op for op in plain if not _value_free(op) and self._upcast(op)
+               and all(t.dtype.name == "float32" for t in op.outputs if _is_float(t))]
+        if not ops:
+            return []
+        values = self._record(ops, feed)
+        gaps: list[OpGap] = []
+        for chunk in self._chunks(ops, values):
+            gaps += [g for g in self._float32_chunk(chunk, values) if g.flagged]
+        return gaps
+
+    def _float32_chunk(self, ops: list[Any], values: dict[str, np.ndarray]) -> list[OpGap]:
+        pairs = []
+        for op in ops:
+            moved = [i for i, t in enumerate(op.inputs) if _is_float(t)]
+            it64 = self._item(op, values, "op", "float64", moved)
+            if it64 is None or not it64.outputs:
+                continue
+            it32 = _Item(op, moved, [np.asarray(values[op.inputs[i].name]) for i in moved],
+                         [d.astype(np.float32) for d in it64.d], it64.outputs, "float32", "op", exact=True)
+            pairs.append((it64, it32))
+        run64 = _gradient_run([a for a, _ in pairs], values, "float64", self._signs)
+        held = {k: list(a.held.values()) for k, (a, _) in enumerate(pairs)}
+        run32 = _gradient_run([b for _, b in pairs], values, "float32", self._signs, held)
+        gaps = []
+        for k, (a, _) in enumerate(pairs):
+            if k not in run64 or k not in run32:
+                continue
+            (g64, _), (g32, y32) = run64[k], run32[k]
+            terms = [(_dot64(g, d), _dot64(h, d)) for g, h, d in zip(g64, g32, a.d)]
+            gaps.append(OpGap(self.forensics._ref(a.op), float(sum(t[0][0] for t in terms)),  # noqa: SLF001
+                              float(sum(t[1][0] for t in terms)), float(sum(t[0][1] for t in terms)), y32))
+        return gaps
+
     def _upcast(self, op) -> bool:
         key = _shape_key(op)[:2]
         if key not in self._f64:
@@ -802,6 +866,49 @@ def _gradients(items: list[_Item], feeds: list[list[Any]], phis: list[Any]) -> t
         cast = tf.convert_to_tensor if it.exact else _dense64
         grads.append([cast(g) if g is not None else tf.zeros_like(p) for g, p in zip(mine, ps)])
     return grads, cut
+
+
+def _gradient_run(items: list[_Item], values: dict[str, np.ndarray], dtype: str, signs,
+                  held: dict[int, list[np.ndarray]] | None = None) -> dict[int, tuple[list[np.ndarray], float]]:
+    """item index -> (its gradient at its values, ||op output||), the items copied in `dtype` into one graph and run
+    once; `held` gives an item's cotangent values (another run's, the same u), else `signs` draws them."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    kept, feeds, phis, outs = [], [], [], []
+    with graph.as_default():
+        for k, it in enumerate(items):
+            copied = _copy_op(it.op, k, values, it, dtype, signs if held is None else _no_signs)
+            if copied is None:
+                continue
+            if held is not None:
+                it.held = dict(zip(it.held, held[k]))
+                if len(it.held) != len(held[k]):
+                    continue  # an output of unknown shape draws its u in the graph: not the same u in both
+            kept.append(k)
+            feeds.append(copied[0])
+            phis.append(copied[1])
+            copy = graph.get_operation_by_name(f"local{k}")
+            outs.append(tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(copy.outputs[i], tf.float64)))
+                                          for i in it.outputs])))
+        if not kept:
+            return {}
+        grads, _ = _gradients([items[k] for k in kept], feeds, phis)
+        grads = [[tf.cast(g, tf.float64) for g in gs] for gs in grads]
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
+        feed: dict[Any, np.ndarray] = {}
+        for k, ps in zip(kept, feeds):
+            feed.update({p: x.astype(p.dtype.as_numpy_dtype) for p, x in zip(ps, items[k].x)})
+            feed.update(items[k].held)
+        got = session.run(list(zip(grads, outs)), feed)
+    return {k: ([np.asarray(g) for g in gs], float(norm)) for k, (gs, norm) in zip(kept, got)}
+
+
+def _no_signs(n: int) -> np.ndarray:
+    """Placeholder cotangent values, replaced by another run's before anything is fed."""
+    return np.ones(n)
 
 
 def _digest(value: np.ndarray) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult
+from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, Severity
 
 # A float32 gradient further than this from the exact one (relative, norm over the source) is not what the model
 # should train with; below it float32 rounding of a long chain can account for it.
@@ -244,7 +244,8 @@ def compare_at(prober, point: dict[str, np.ndarray], where: str, scale: float | 
     if along.unmeasurable:
         into.unmeasurable.append(f"{', '.join(g.source for g in flagged)} at {where} ({along.text()})")
         return
-    _judge(prober, flagged, along, (where, scale), into)
+    _judge(prober, flagged, along, (where, scale), into, (lambda: _locate(prober, point)) if along.float32_wrong
+           else None)
 
 
 def _per_unit(prober, point: dict[str, np.ndarray], out32: dict[str, Any]):
@@ -264,7 +265,30 @@ def _per_unit(prober, point: dict[str, np.ndarray], out32: dict[str, Any]):
     return per_unit
 
 
-def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None], into: Comparison) -> None:
+def _locate(prober, point: dict[str, np.ndarray]):
+    """(the op whose own float32 gradient is furthest off its float64 one at the values the model gives it there, as
+    a local.OpGap, or None; a sentence on what was found)."""
+    from ..errors import raised_by_tensorflow
+    from .local import LocalChecker
+
+    try:
+        gaps = LocalChecker(prober.forensics, np.random.default_rng([prober.seed, 19]), analysis=prober.analysis,
+                            value_free=False).float32_gaps(point)
+    except Exception as exc:
+        if not raised_by_tensorflow(exc):
+            raise
+        return None, (f"The op at fault could not be located (TensorFlow could not run a frozen copy: "
+                      f"{type(exc).__name__}).")
+    if not gaps:
+        return None, ("No op's own float32 gradient is off at the values it receives there: float32's arithmetic "
+                      "along the chain (values in its subnormals, or beyond its range) loses the gradient.")
+    worst = max(gaps, key=lambda g: abs(g.float32 - g.float64) / max(abs(g.float64), 1e-300))
+    more = f" ({len(gaps) - 1} more op(s) too)" if len(gaps) > 1 else ""
+    return worst, f"{worst.text()}{more}."
+
+
+def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None], into: Comparison,
+           locate=None) -> None:
     from ..rules import numeric as rules
 
     where, scale = at
@@ -275,10 +299,15 @@ def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None
     gaps = "; ".join(f"{g.source}: {g.text()}" for g in flagged)
     if along.float32_wrong:
         status: CheckStatus = "fail"
-        reason = "the float32 gradient is not the derivative: the float64 copy's is"
+        culprit, located = locate() if locate is not None else (None, "")
+        reason = ("the float32 gradient is not the derivative: the float64 copy's is" + (
+            f"; {culprit.op.label}'s own float32 gradient is off at its values" if culprit is not None else
+            "; no op is at fault on its own: float32's rounding along the chain (not an error)"))
         into.findings.append(rules.Float32Gradient.finding(
             f"At {where}, the gradient the model computes in float32 for {names} is far from the exact one: "
-            f"{gaps}. The float64 copy's gradient is the true one there: {along.text()}. {_forward(into.forward)}",
+            f"{gaps}. The float64 copy's gradient is the true one there: {along.text()}. {_forward(into.forward)} "
+            f"{located}{_unlocated(culprit, scale, into.forward)}".rstrip(),
+            op=culprit.op if culprit is not None else None, severity=_severity(culprit, scale, into.forward),
             sources=tuple(g.source for g in flagged), outputs=tuple(outputs)))
     elif along.float64_wrong:
         status, reason = "pass", "the float32 gradient agrees with the differences; the float64 copy's does not"
@@ -294,6 +323,23 @@ def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None
             source=g.source, outputs=label, status=status, rel_error=g.rel if np.isfinite(g.rel) else None,
             step=None, dtype="float32", evaluations=along.evaluations + 4, reason=reason, precision_reason=WHY,
             scale=scale, bound=GAP, evidence=f"{g.source}: {g.text()}; {along.text()}"))
+
+
+def _severity(culprit, scale: float | None, forward: float) -> Severity:
+    """An error where an op's own float32 gradient is found off at its values (a kernel, an underflow: something to
+    fix); without one, float32's rounding along a chain (a saturated softmax cancels in its backward) is a limit of
+    float32 itself: a warning at the synthesised point, information at a probe point's extreme inputs or where the
+    float32 forward is off too."""
+    if culprit is not None:
+        return Severity.ERROR
+    return Severity.WARNING if scale is None and forward <= GAP * GAP else Severity.INFO
+
+
+def _unlocated(culprit, scale: float | None, forward: float) -> str:
+    if culprit is not None:
+        return ""
+    return (" Not an error: no op is at fault on its own, and float32's rounding along the chain is what float32 "
+            "computes" + (" at these extreme inputs." if scale is not None else "."))
 
 
 def _forward(gap: float) -> str:

@@ -516,8 +516,8 @@ class Prober:
                 raise
 
     def has_float64(self) -> bool:
-        """Whether the float64 copy is loaded already (nothing is loaded here)."""
-        return bool(self._f64)
+        """Whether the float64 copy is loaded already, here or by the numeric checks (nothing is loaded here)."""
+        return bool(self._f64) or (self._f64 is None and self.loads.has(True))
 
     @property
     def last64(self) -> tuple | None:
