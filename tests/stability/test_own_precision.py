@@ -169,3 +169,38 @@ def test_a_saturated_tanh_is_not_reported(tmp_path):
     assert np.linalg.norm(g64) * np.linalg.norm(x) < np.finfo(np.float32).eps * abs(y)
     r = audit_saved_model(path, AuditOptions())
     assert not _gaps(r) and r.verdict() == "pass", ([f.message for f in r.findings], r.incomplete)
+
+
+class StatelessNoise(tf.Module):
+    """A reparameterised sample and a stateless dropout, seeded: the same function at every call, but its float64 copy
+    draws other numbers (another function), so its float32 gradient is not compared with that copy's."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.random.stateless_normal([4, 3], seed=[1, 1]), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        h = x @ self.w
+        z = h + tf.exp(0.5 * tf.tanh(h)) * tf.random.stateless_normal(tf.shape(h), seed=[1, 2], dtype=h.dtype)
+        return {"y": tf.nn.experimental.stateless_dropout(tf.tanh(z), 0.3, seed=[3, 4])}
+
+
+def test_stateless_draws_are_not_compared_with_the_float64_copy(tmp_path):
+    path = save_module(StatelessNoise(), str(tmp_path / "noise"))
+    loaded = tf.saved_model.load(path)
+    f = loaded.signatures["serving_default"]
+    x = np.array([[0.3, -0.5, 0.8, 0.1]], np.float32)
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = tf.reduce_sum(f(xt)["y"])
+    g = tape.gradient(y, xt).numpy()
+    h = 1e-2
+
+    def total(v):
+        return float(tf.reduce_sum(f(tf.constant(v))["y"]))
+
+    numeric = [(total(x + h * e) - total(x - h * e)) / (2 * h) for e in np.eye(4, dtype=np.float32)]
+    assert np.allclose(g[0], numeric, rtol=1e-2, atol=1e-3)  # the truth: healthy, the same draws at every call
+    r = audit_saved_model(path, AuditOptions())
+    assert not _gaps(r) and r.verdict() == "pass", [f.message for f in r.findings]

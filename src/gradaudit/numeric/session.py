@@ -48,6 +48,13 @@ def random_ops(op_types: frozenset[str]) -> list[str]:
     return sorted(found)
 
 
+def drawing_ops(op_types: frozenset[str]) -> list[str]:
+    """The op types that draw random numbers, stateful or stateless: a stateless draw of a float dtype gives other
+    numbers in float64 than in float32 (the float64 copy of a model with `tf.random.stateless_normal` or a stateless
+    dropout computes another function)."""
+    return sorted(op for op in op_types if any(k in op for k in ("Random", "Rng", "Multinomial", "TruncatedNormal")))
+
+
 class Plan:
     """Which inputs, variables and outputs take part, from the static pass's lists and flow. Built from
     a SavedModel signature (`Plan(info, ...)`) or from a function's specs (`Plan.of_function`)."""

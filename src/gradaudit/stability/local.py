@@ -245,6 +245,7 @@ class LocalChecker:
         self.shared: dict[str, int] = {}
         self._nodes: dict[OpRef, Any] | None = None
         self._pool: np.ndarray | None = None
+        self.float32_checked = 0  # ops the last float32_gaps compared
 
     # -- which ops ------------------------------------------------------------------------------
     def _ops(self, outcome: LocalOutcome) -> tuple[list[Any], list[Any]]:
@@ -501,6 +502,7 @@ class LocalChecker:
             return []
         values = self._record(ops, feed)
         gaps: list[OpGap] = []
+        self.float32_checked = len(ops)
         for chunk in self._chunks(ops, values):
             gaps += [g for g in self._float32_chunk(chunk, values) if g.flagged]
         return gaps
@@ -1032,16 +1034,13 @@ def findings(outcome: LocalOutcome, analysis, confirmed: bool = True) -> list[Fi
     so (a custom gradient's failure stays an error)."""
     from ..rules import numeric as rules
 
-    nodes = {n.ref: n for n in analysis.graph.ops.values()}
-    names = [s.name for s in analysis.sources]
-    outs = [o.name for o in analysis.outputs]
+    pairs = op_pairs(analysis)
     found = []
     for c in outcome.failed:
         # a custom gradient is the author's code, judged with the cotangent the model hands it: an error whatever
         # the whole-model checks' own projection saw; TensorFlow's own op can be wrong where the model masks it
         masked = not confirmed and c.kind == "op"
-        node = nodes.get(c.op)
-        src, out = analysis.op_masks(node, grad=True) if node is not None else (0, 0)
+        sources, outputs = pairs(c.op)
         what = "custom gradient" if c.kind == "custom_gradient" else "registered gradient (TensorFlow's own)"
         found.append(rules.GradientMismatch.finding(
             f"The {what} of {c.op.label} is not the derivative of its forward at the values the "
@@ -1049,10 +1048,23 @@ def findings(outcome: LocalOutcome, analysis, confirmed: bool = True) -> list[Fi
             f"bound of {c.bound:.3g} ({c.evidence})" + ("" if not masked else
             "; the model's gradient at this point agrees with its finite differences (the whole-model checks), so "
             "the op's error does not reach it here, but it would wherever its result is not masked downstream"),
-            op=c.op, sources=tuple(n for i, n in enumerate(names) if src >> i & 1),
-            outputs=tuple(n for j, n in enumerate(outs) if out >> j & 1),
-            severity=Severity.WARNING if masked else None))
+            op=c.op, sources=sources, outputs=outputs, severity=Severity.WARNING if masked else None))
     return found
+
+
+def op_pairs(analysis) -> Callable[[OpRef], tuple[tuple[str, ...], tuple[str, ...]]]:
+    """op -> (the sources, the outputs) whose gradient paths cross it, from the static masks of its node."""
+    nodes = {n.ref: n for n in analysis.graph.ops.values()}
+    names = [s.name for s in analysis.sources]
+    outs = [o.name for o in analysis.outputs]
+
+    def pairs(ref: OpRef) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        node = nodes.get(ref)
+        src, out = analysis.op_masks(node, grad=True) if node is not None else (0, 0)
+        return (tuple(n for i, n in enumerate(names) if src >> i & 1),
+                tuple(n for j, n in enumerate(outs) if out >> j & 1))
+
+    return pairs
 
 
 def probe_note(checks: list[LocalCheck]) -> list[str]:

@@ -23,7 +23,7 @@ Only float32 models with a float64 copy are compared: a model that computes in f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -84,6 +84,7 @@ class Comparison:
 
     rows: list[NumericResult] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    where: list[str] = field(default_factory=list)  # the point of each finding
     notes: list[str] = field(default_factory=list)
     undecided: list[str] = field(default_factory=list)
     points: int = 0  # points compared
@@ -96,6 +97,7 @@ class Comparison:
     # gaps above GAP whose direction float64 differences cannot resolve from zero: what they said, per point
     unmeasurable: list[str] = field(default_factory=list)
     forward: float = 0.0  # the float32 forward's relative gap from the float64 copy's at the last point compared
+    ops_checked: int = 0  # ops compared on their own (compare_ops), the most at one point
 
 
     def record(self, gaps: list[Gap], where: str) -> None:
@@ -109,6 +111,23 @@ class Comparison:
                                                f"{g.reach:.2g} of their float32 rounding units"))
             else:
                 self.noisy.append((g.rel, f"{g.source} at {where}: {g.text()}"))
+
+
+    def merged(self) -> list[Finding]:
+        """The findings, one per op at fault (the first point's, naming the other points it was found at too)."""
+        first: dict[Any, int] = {}
+        also: dict[int, list[str]] = {}
+        kept: list[Finding] = []
+        for f, where in zip(self.findings, self.where):
+            if f.op is not None and f.op in first:
+                also[first[f.op]].append(where)
+                continue
+            if f.op is not None:
+                first[f.op] = len(kept)
+                also[len(kept)] = []
+            kept.append(f)
+        return [replace(f, message=f"{f.message} The same at {'; '.join(also[i])}.") if also.get(i) else f
+                for i, f in enumerate(kept)]
 
 
 def _masked(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -265,6 +284,42 @@ def _per_unit(prober, point: dict[str, np.ndarray], out32: dict[str, Any]):
     return per_unit
 
 
+def whole_model(prober) -> bool:
+    """Compare the whole model's gradients (a float64 copy is loaded, or cheap to load), else each op's own: a large
+    model decided by its local checks loads no float64 copy for this."""
+    return not prober.local or prober.has_float64()
+
+
+def compare_ops(prober, point: dict[str, np.ndarray], where: str, into: Comparison) -> None:
+    """Each op's own float32 gradient against its float64 kernel's at the values the model gives it at `point`: a
+    gap is an error naming the op (a large model's path: its gradient goes through the op, and no whole-model float64
+    copy is made to measure how much of the gap reaches it)."""
+    from ..errors import raised_by_tensorflow
+    from ..rules import numeric as rules
+    from .local import LocalChecker, op_pairs
+
+    checker = LocalChecker(prober.forensics, np.random.default_rng([prober.seed, 19, into.points]),
+                           analysis=prober.analysis, value_free=False)
+    try:
+        gaps = checker.float32_gaps(point)
+    except Exception as exc:
+        if not raised_by_tensorflow(exc):
+            raise
+        into.notes.append(f"The ops' float32 gradients could not be compared at {where}: TensorFlow could not run "
+                          f"a frozen copy ({type(exc).__name__}).")
+        return
+    into.points += 1
+    into.ops_checked = max(into.ops_checked, checker.float32_checked)
+    pairs = op_pairs(prober.analysis)
+    for g in gaps:
+        sources, outputs = pairs(g.op)
+        into.where.append(where)
+        into.findings.append(rules.Float32Gradient.finding(
+            f"At {where}, {g.text()} (checked on its own, the same cotangent and direction for both). The model's "
+            "float32 gradient goes through it; its gradient was checked in float64 op by op (a large model: no "
+            "float64 copy of the whole model is made).", op=g.op, sources=sources, outputs=outputs))
+
+
 def _locate(prober, point: dict[str, np.ndarray]):
     """(the op whose own float32 gradient is furthest off its float64 one at the values the model gives it there, as
     a local.OpGap, or None; a sentence on what was found)."""
@@ -300,6 +355,7 @@ def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None
     if along.float32_wrong:
         status: CheckStatus = "fail"
         culprit, located = locate() if locate is not None else (None, "")
+        into.where.append(where)
         reason = ("the float32 gradient is not the derivative: the float64 copy's is" + (
             f"; {culprit.op.label}'s own float32 gradient is off at its values" if culprit is not None else
             "; no op is at fault on its own: float32's rounding along the chain (not an error)"))
@@ -357,7 +413,7 @@ def _pct(x: float) -> str:
 
 def wanted(prober) -> str | None:
     """Why the two gradients are not compared on this model (None: they are)."""
-    from ..numeric.session import random_ops
+    from ..numeric.session import drawing_ops
     from .precision import compute_dtype
 
     if prober.plan.native != "float32":
@@ -365,11 +421,11 @@ def wanted(prober) -> str | None:
     own = compute_dtype(prober.analysis)
     if own:
         return f"the model computes in {own[0]} inside (see --precision)"
-    if random_ops(prober.info.op_types):
-        return "the model draws random numbers, which its float64 copy draws differently"
-    if prober.local and not prober.has_float64():
-        return "a large model decided by its local checks loads no float64 copy"
-    if not prober.float64():
+    drawn = drawing_ops(prober.info.op_types)
+    if drawn:
+        return (f"the model draws random numbers ({', '.join(drawn[:3])}), which its float64 copy draws differently: "
+                "another function")
+    if whole_model(prober) and not prober.float64():
         return "no float64 copy of the model runs"
     return None
 
@@ -379,7 +435,10 @@ def summary(into: Comparison) -> list[str]:
     if not into.points:
         return []
     lines = []
-    if not into.rows:
+    if into.ops_checked and not into.findings:
+        lines.append(f"The float32 gradient of each of {into.ops_checked} op(s) agrees with its float64 kernel's at "
+                     f"the values the model gives it, at {into.points} point(s).")
+    elif not into.rows and not into.ops_checked:
         lines.append(f"The float32 gradients agree with the float64 copy's at {into.points} point(s): within "
                      f"{_pct(into.largest)}" + (" elsewhere" if into.noisy else "") + ".")
     if into.noisy:

@@ -510,7 +510,10 @@ class Prober:
         if self._own is False:
             return
         try:
-            own_precision.compare_at(self, point, where, scale, self._own)
+            if own_precision.whole_model(self):
+                own_precision.compare_at(self, point, where, scale, self._own)
+            else:
+                own_precision.compare_ops(self, point, where, self._own)
         except ModelError as exc:  # the probes report the points TensorFlow cannot differentiate
             if exc.stage != "gradient":
                 raise
@@ -760,7 +763,7 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
 
         notes += own.notes + summary(own)
     return LadderOutcome(results, reported, notes, probed, prober.checked + (own.rows if own else []),
-                         prober.mismatches + (own.findings if own else []), list(prober.raised),
+                         prober.mismatches + (own.merged() if own else []), list(prober.raised),
                          own.undecided if own else [])
 
 
