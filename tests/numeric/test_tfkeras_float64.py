@@ -168,7 +168,7 @@ def test_healthy_models_pass_in_float64(audit, name):
     assert not [f for f in r.findings if f.code == "GA201"]
     assert r.numeric and {(n.status, n.dtype, n.precision_reason) for n in r.numeric} == {
         ("pass", "float64", "float64 copy of the model")}
-    assert {n.scale for n in r.numeric} == {None, 100.0, -600.0}
+    assert {n.scale for n in r.numeric} == {None, 10.0, 100.0, -600.0}
     assert not any("Float64 evaluation is not possible" in note.text or "FusedBatchNorm" in note.text
                    for note in r.notes)
 

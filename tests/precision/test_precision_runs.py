@@ -113,7 +113,7 @@ def test_each_point_is_one_frozen_run_whose_gradients_and_values_are_the_loaded_
     monkeypatch.setattr(precision.PointRuns, "at", checked)
     report = audit(mixed_model, tmp_path)
     points = {r.scale for r in report.precision}
-    assert points == {None, 0.0, 1e-3, 1.0, 1e2, 3e2, 6e2, 1e4}  # the own point and the 7 rungs float16 keeps
+    assert points == {None, 0.0, 1e-3, 1.0, 1e1, 1e2, 3e2, 6e2, 1e4}  # the own point and the 8 rungs float16 keeps
     assert len(compared) == len(points) and calls == {"together": len(points), "apart": 0}
     assert not [line for line in report.incomplete if "precision" in line]
 
@@ -122,8 +122,8 @@ def test_the_own_point_is_not_run_again_where_the_rung_at_1_is_it(mixed_model, t
     calls = counting(monkeypatch)
     report = audit(mixed_model, tmp_path, x=X / 2)  # largest magnitude 1: the rung at 1 is the point itself
     rows = table(report)
-    assert {s for _, _, s in rows} == {None, 0.0, 1e-3, 1.0, 1e2, 3e2, 6e2, 1e4}
-    assert calls == {"together": 7, "apart": 0}
+    assert {s for _, _, s in rows} == {None, 0.0, 1e-3, 1.0, 1e1, 1e2, 3e2, 6e2, 1e4}
+    assert calls == {"together": 8, "apart": 0}
     for (kind, name, scale), r in rows.items():
         if scale is None:
             again = rows[kind, name, 1.0]

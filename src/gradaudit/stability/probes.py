@@ -25,13 +25,19 @@ from .forensics import Culprit
 from .local import shared_forensics
 
 # 1e2, 3e2 and 6e2 cover float32's exp overflow (x > 88.7) below float64's (x > 709.8), where the float64
-# copy tells a float32 overflow from a true one.
-DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e2, 3e2, 6e2, 1e4)
-# (scale, sign) of the probe points where the gradient is also checked against finite differences: large
-# inputs, where hand-written gradients go wrong (in float32 tiny ones only show rounding noise). The
-# synthesised input has elements of both signs, so each point covers large positive and negative values;
-# two points keep the cost at two sweeps (a ResNet50 audit: about 5 s of 45 here).
-CHECKED = ((1e2, 1), (6e2, -1))
+# copy tells a float32 overflow from a true one; 1e1 the moderate values between the synthesised point's and those.
+DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e1, 1e2, 3e2, 6e2, 1e4)
+# (scale, sign) of the probe points where the gradient is also checked against finite differences: moderate and
+# large inputs, where hand-written gradients go wrong (in float32 tiny ones only show rounding noise). The
+# synthesised input has elements of both signs, so each point covers positive and negative values: x 10 the
+# moderate range between the synthesised point's |x| <~ 2 and x 100 (a custom gradient wrong only for 2 < x < 5
+# passed every other point), x 100 and x -600 the large one.
+CHECKED = ((1e1, -1), (1e2, 1), (6e2, -1))
+# Where the batch dimension lets the points be stacked (examples the model treats apart), the moderate point x -10 is
+# checked as these points together along the batch, signs alternating: the whole moderate range at once, where one
+# scaled copy of eight synthesised values can miss a window of a few units.
+MODERATE = ((2.0, 1), (3.0, -1), (5.0, 1), (7.0, -1), (10.0, 1), (15.0, -1), (20.0, 1), (30.0, -1), (50.0, 1))
+MODERATE_LABEL = "inputs × ±2 to ±50 (9 points stacked along the batch)"
 # Rows of one batched gradient pass over the ladder's points (the base point's rows included).
 BATCH_ROWS = 32
 # The `scale` of an observation at the inputs given with --inputs (not a rung of the ladder).
@@ -174,6 +180,9 @@ class Prober:
         float64 copy, shared here. `analysis`: the static pass's StaticAnalysis, whose graph and gradient
         functions the forensics read."""
         seed, upcast, given, suspects = config.seed, config.upcast, config.given, config.suspects
+        self.config = config
+        self.label: str | None = None  # how messages name the point checked, when it is not one scaled copy
+        self.independent = False  # a stacked pass gave the base point's own outputs and gradients in its rows
         self.loads = loads
         self.loaded, self.info, self.tags = loads.get(False), loads.info, loads.tags
         self.plan, self.base = plan, base
@@ -288,7 +297,36 @@ class Prober:
             return None
 
     def point(self, config: tuple[str, ...], scale: float, sign: int) -> dict[str, np.ndarray]:
-        return scaled_point(self.base, config, scale, sign)
+        """The probe point (config, scale, sign); (scale GIVEN) the base point itself."""
+        return dict(self.base) if scale == GIVEN else scaled_point(self.base, config, scale, sign)
+
+    def check_moderate(self, config: tuple[str, ...]) -> bool:
+        """Check the gradient at the MODERATE points stacked along the batch, as one point (its results labelled
+        scale 10); False when the model's examples cannot be stacked (the batched ladder did not show them apart, or
+        the model is decided by its local checks, whose recorded values would grow with the stack)."""
+        from . import own_precision
+
+        if self.local or not self.independent or self._batch_rows() is None:
+            return False
+        blocks = [scaled_point(self.base, config, scale, sign) for scale, sign in MODERATE]
+        stacked = {k: np.concatenate([b[k] for b in blocks], axis=0) for k in self.base}
+        sub = Prober(self.loads, self.plan, stacked, self.variables, self.analysis, self.config)
+        sub.label = MODERATE_LABEL
+        try:
+            before = len(sub.checked)
+            sub.check_at(list(config), GIVEN, 1)
+            self.checked += [replace(r, scale=1e1, reason=f"{r.reason}; at {MODERATE_LABEL}" if r.reason
+                                     else f"at {MODERATE_LABEL}") for r in sub.checked[before:]]
+            self.mismatches += sub.mismatches
+            self.local_checks += sub.local_checks
+            self.notes += [n for n in sub.notes if n not in self.notes]
+            if self._own is None:
+                self.compare_precision(dict(self.base), "", None, check=False)
+            if self._own:
+                own_precision.compare_at(sub, dict(stacked), f"the probe points {MODERATE_LABEL}", 1e1, self._own)
+        finally:
+            sub.close()
+        return True
 
     def culprit(self, key: tuple, find, on_path: tuple = ()) -> Culprit | None:
         """The op `find()` locates; when forensics fails, the one op on the gradient path (`on_path`: the
@@ -420,6 +458,7 @@ class Prober:
             return None  # observed one by one, where the error is reported as it always was
         if not self._base_rows_agree(out, rows) or not self._base_gradient_rows_agree(g_in, rows):
             return None
+        self.independent = True
         rows_ok = self._finite_rows(out, g_in, n)
         if any(nonfinite(dense(g)) for g in g_var):
             # The variables' gradients are summed over the points: any of them may be at fault. Without the
@@ -496,9 +535,11 @@ class Prober:
         if failures and not all(r.status == "pass" for r in self.checked[before:]):
             self.mismatches.extend(failures)  # the model's gradient is not right there either: the op is named
 
-    def compare_precision(self, point: dict[str, np.ndarray], where: str, scale: float | None) -> None:
+    def compare_precision(self, point: dict[str, np.ndarray], where: str, scale: float | None,
+                          check: bool = True) -> None:
         """The model's float32 gradient against its float64 copy's at `point` (own_precision), for a float32 model
-        with a float64 copy; `where` names the point in messages, `scale` is its signed probe scale."""
+        with a float64 copy; `where` names the point in messages, `scale` is its signed probe scale. `check` False:
+        only decide whether the model is compared."""
         from ..numeric.runner import ModelError
         from . import own_precision
 
@@ -507,7 +548,7 @@ class Prober:
             self._own = own_precision.Comparison() if why is None else False
             if why and self.plan.native == "float32":
                 self.notes.append(f"The float32 gradients were not compared with the float64 copy's: {why}.")
-        if self._own is False:
+        if self._own is False or not check:
             return
         try:
             if own_precision.whole_model(self):
@@ -554,7 +595,7 @@ class Prober:
         from . import local
 
         point = self.point(tuple(inputs), scale, sign)
-        rng = np.random.default_rng([self.seed, 9, int(scale * 1e3), sign + 1])
+        rng = np.random.default_rng([self.seed, 9, abs(int(scale * 1e3)), sign + 1])
         if self._check_graphs is None:
             self._check_graphs = local.CheckGraphs()
         outcome = local.LocalChecker(self.forensics, rng, analysis=self.analysis, value_free=False,
@@ -587,7 +628,7 @@ class Prober:
 
         f64 = dtype == "float64" and self.plan.native != "float64"
         checker = Checker(runner, self.settings(runner, dtype, f64),
-                          np.random.default_rng([self.seed, 5, int(probe.scale * 1e3), probe.sign + 1]))
+                          np.random.default_rng([self.seed, 5, abs(int(probe.scale * 1e3)), probe.sign + 1]))
         checker.base_outputs = at[0]
         at_outputs = self._cotangents(runner, at)
         checked: list[tuple[Any, NumericResult]] = []
@@ -607,7 +648,8 @@ class Prober:
                 del checked[before:]
                 for o in group.outputs:
                     check(Group(group.source, (o,), inputs=list(group.inputs), variables=list(group.variables)))
-        where = f"inputs × {probe.sign * probe.scale:g} (stability probes{', float64 copy' if f64 else ''})"
+        shown = self.label or f"inputs × {probe.sign * probe.scale:g}"
+        where = f"{shown} (stability probes{', float64 copy' if f64 else ''})"
         reported = {s for f in self.mismatches for s in f.sources}
         for f in checker.findings:
             if f.rule == "gradient-mismatch" and not set(f.sources) & reported:  # one per source is enough
@@ -788,10 +830,18 @@ def _climb(prober: Prober, inputs: list[str], scales):
                     reported.append((s, o, obs))
             if (scale, sign) in CHECKED and config == configs[0] and seen and all(
                     obs.kind == OK for obs in seen.values()):
-                prober.check_at(list(config), scale, sign)
-                prober.compare_precision(prober.point(config, scale, sign),
-                                         f"the probe point inputs × {sign * scale:g}", sign * scale)
+                _check_point(prober, config, scale, sign)
     return worst, reported, skipped
+
+
+def _check_point(prober: Prober, config: tuple[str, ...], scale: float, sign: int) -> None:
+    """The gradient checks and the float32 comparison at a CHECKED point (the first: the moderate points stacked,
+    where the model allows it)."""
+    if (scale, sign) == CHECKED[0] and prober.check_moderate(config):
+        return
+    prober.check_at(list(config), scale, sign)
+    prober.compare_precision(prober.point(config, scale, sign), f"the probe point inputs × {sign * scale:g}",
+                             sign * scale)
 
 
 def _rows_of(prober: Prober, worst: dict[tuple[str, str, float], Observation]
