@@ -213,6 +213,74 @@ def decode_proto_reads(path: str, canary: str) -> str:
     return _save(_with_call(call, w=tf.Variable(1.0, name="w")), path)
 
 
+def _bound_by_caller(path: str, op_type: str, attr: str, value: str) -> str:
+    """Edit the saved model so that `op_type`'s `attr`, inside the function that holds it, is a placeholder the
+    calling node fills in: the call becomes a direct call of that function (node op = its name) whose attribute holds
+    `value` (what the red team found: the gate read the placeholder as an empty string)."""
+    from tensorflow.core.framework import attr_value_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = os.path.join(path, "saved_model.pb")
+    sm = saved_model_pb2.SavedModel()
+    with open(pb, "rb") as f:
+        sm.ParseFromString(f.read())
+    library = sm.meta_graphs[0].graph_def.library
+    inner = set()
+    for fd in library.function:
+        for n in fd.node_def:
+            if n.op == op_type:
+                n.attr[attr].CopyFrom(attr_value_pb2.AttrValue(placeholder="bound"))
+                a = fd.signature.attr.add()
+                a.name, a.type = "bound", "string"
+                inner.add(fd.signature.name)
+    outputs = {fd.signature.name: fd.signature.output_arg[0].name for fd in library.function}
+    for fd in library.function:
+        for n in fd.node_def:
+            if n.op not in ("StatefulPartitionedCall", "PartitionedCall") or n.attr["f"].func.name not in inner:
+                continue
+            called = n.attr["f"].func.name
+            for key in ("f", "config", "config_proto", "executor_type", "Tin", "Tout", "_collective_manager_ids",
+                        "_read_only_resource_inputs"):
+                if key in n.attr:
+                    del n.attr[key]
+            n.op = called
+            n.attr["bound"].CopyFrom(attr_value_pb2.AttrValue(s=value.encode()))
+            for other in fd.node_def:
+                other.input[:] = [i.replace(f"{n.name}:output:", f"{n.name}:{outputs[called]}:") for i in other.input]
+            for k, v in fd.ret.items():
+                fd.ret[k] = v.replace(f"{n.name}:output:", f"{n.name}:{outputs[called]}:")
+    with open(pb, "wb") as f:
+        f.write(sm.SerializeToString())
+    return path
+
+
+def print_stream_bound_by_caller(path: str, canary: str) -> str:
+    @tf.function(autograph=False)
+    def inner(x):
+        tf.print(x)
+        return x * 2.0
+
+    def call(self, x):
+        return {"y": inner(x) * self.w}
+
+    _save(_with_call(call, w=tf.Variable(1.0, name="w")), path)
+    return _bound_by_caller(path, "PrintV2", "output_stream", f"file://{canary}")
+
+
+def sampler_vocab_bound_by_caller(path: str, canary: str) -> str:
+    @tf.function(autograph=False)
+    def inner(x):
+        classes = tf.zeros([1, 1], tf.int64)
+        sampled, _, _ = tf.random.fixed_unigram_candidate_sampler(classes, 1, 2, True, 3, unigrams=[1.0, 1.0, 1.0])
+        return x + tf.cast(tf.reduce_sum(sampled), tf.float32)
+
+    def call(self, x):
+        return {"y": inner(x) * self.w}
+
+    _save(_with_call(call, w=tf.Variable(1.0, name="w")), path)
+    return _bound_by_caller(path, "FixedUnigramCandidateSampler", "vocab_file", canary)
+
+
 def computed_table_path_reads(path: str, canary: str) -> str:
     """A model with a real asset, whose lookup table's file name is computed from it: the asset exemption
     must not cover it."""
@@ -299,6 +367,9 @@ ATTACKS: dict[str, tuple] = {
                                   Attack("WriteFile", "swapped in by TensorFlow's implementation selector", False)),
     "candidate_sampler_reads": (candidate_sampler_reads, Attack("FixedUnigramCandidateSampler", "signature", True)),
     "decode_proto_reads": (decode_proto_reads, Attack("DecodeProtoV2", "signature", True)),
+    "print_stream_bound_by_caller": (print_stream_bound_by_caller, Attack("PrintV2", "signature", False)),
+    "sampler_vocab_bound_by_caller": (sampler_vocab_bound_by_caller,
+                                      Attack("FixedUnigramCandidateSampler", "signature", True)),
     "computed_table_path_reads": (computed_table_path_reads,
                                   Attack("InitializeTableFromTextFileV2", "signature", True)),
     "asset_absolute": (asset_absolute, Attack("asset", "outside", True, "GA403")),

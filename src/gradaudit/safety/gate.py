@@ -283,6 +283,24 @@ def _attr_text(node, name: str) -> str:
     return node.attr[name].s.decode(errors="replace") if name in node.attr else ""
 
 
+def _placeholder(node, names: tuple[str, ...]) -> str | None:
+    """The first of the attributes `names` that is a placeholder (a function's attribute the node calling that
+    function fills in, at each call site, with any value: a file path among them), None when each is literal."""
+    return next((n for n in names if n in node.attr and node.attr[n].placeholder), None)
+
+
+# The attributes the gate reads to decide an op's harm (a file it prints to or reads, a folder or pattern it reads
+# under): given as placeholders, they are not proven harmless whatever they hold here.
+_DECIDING_ATTRS: dict[str, tuple[str, ...]] = {
+    "PrintV2": ("output_stream",), "FixedUnigramCandidateSampler": ("vocab_file",),
+    "DecodeProtoV2": ("descriptor_source",), "EncodeProto": ("descriptor_source",),
+    "XlaCallModule": ("has_token_input_output",),
+}
+# StaticRegexReplace is pure string computation; its attributes decide only whether TF-DF's model folder is the
+# model's own (_assets_folder).
+_REGEX_ATTRS = ("pattern", "rewrite", "replace_global")
+
+
 def _judge(node, library, cls: str | None, saver: bool, where: str, prov: _Provenance) -> tuple[str, str] | None:
     """(class, why) of an op that is not proven harmless here, or None when it is."""
     if node.op in library.functions:
@@ -324,6 +342,10 @@ def _by_node(node, saver: bool, where: str, prov: _Provenance) -> tuple[bool, tu
     (False, None): its class decides."""
     op = node.op
     data = [i for i in node.input if not i.startswith("^")]
+    bound = _placeholder(node, _DECIDING_ATTRS.get(op, ()))
+    if bound is not None:
+        return True, ("io", f"takes its {bound} attribute from the node that calls its function (a placeholder), "
+                            "which can name a file: not proven harmless")
     if op == "PrintV2":
         stream = _attr_text(node, "output_stream")
         return True, (("io", f"prints to a file ({stream})") if stream.startswith("file://") else None)
@@ -353,6 +375,9 @@ def _package_op(node, entry: PackageOp, where: str, prov: _Provenance) -> tuple[
     """A reviewed op of a --load-ops package: pure, or reading only under the model's own assets folder."""
     if entry.cls == "pure":
         return None
+    if _placeholder(node, (entry.prefix_attr,)) is not None:
+        return "io", (f"takes its {entry.prefix_attr} attribute from the node that calls its function (a "
+                      "placeholder), which can name any file: not proven harmless")
     prefix = _attr_text(node, entry.prefix_attr)
     if "/" in prefix or "\\" in prefix or "\0" in prefix:
         return "io", f"reads files named by its {entry.prefix_attr} attribute {prefix!r}, which leaves the folder"
@@ -370,7 +395,8 @@ def _assets_folder(prov: _Provenance, where: str, ref: str) -> bool:
     `<model>/assets/`. Whichever asset feeds it, the result must stay inside the assets folder, and the
     pattern must not match the folder the model is loaded from (nor the float64 copy's)."""
     node = prov.node(where, _ref_node(ref))
-    if node is None or node.op != "StaticRegexReplace" or _attr_text(node, "rewrite"):
+    if node is None or node.op != "StaticRegexReplace" or _attr_text(node, "rewrite") or _placeholder(
+            node, _REGEX_ATTRS) is not None:
         return False
     pattern = _attr_text(node, "pattern")
     data = [i for i in node.input if not i.startswith("^")]
