@@ -94,18 +94,48 @@ def test_with_allow_unsafe_ops_only_reports_without_unsafe_ops_are_stored():
 def test_an_entry_that_is_not_one_is_a_miss(text, tmp_path):
     path = tmp_path / "e.json"
     path.write_text(text)
-    assert cache.read_entry(str(path), "k") is None
-    assert cache.read_entry(str(tmp_path / "missing.json"), "k") is None
+    assert cache.read_entry(str(path), "k", b"secret") is None
+    assert cache.read_entry(str(tmp_path / "missing.json"), "k", b"secret") is None
 
 
 def test_an_entry_is_the_json_report_with_its_reports_field_by_field(audited, tmp_path):
     report = audited("classifier_argmax", static_only=True)
     slot = cache.Slot("m", "name", "k", {"environment": {"TF_X": "secret"}, "model": {}})
-    text = cache._entry([report], slot)
+    text = cache._entry([report], slot, b"the signing secret")
     doc = json.loads(text)
     assert doc["target"]["path"] == report.target.path and doc["findings"][0]["code"] == "GA103"
-    assert "secret" not in text  # the environment's values are hashed, not written
+    assert "secret" not in text  # the environment's values are hashed, not written; the signing secret is not in it
     (tmp_path / "e.json").write_text(text)
-    reports, tensorflow = cache.read_entry(str(tmp_path / "e.json"), "k")
+    reports, tensorflow = cache.read_entry(str(tmp_path / "e.json"), "k", b"the signing secret")
     assert reports == (report,) and tensorflow == doc["tool"]["tensorflow"]
-    assert cache.read_entry(str(tmp_path / "e.json"), "another key") is None
+    assert cache.read_entry(str(tmp_path / "e.json"), "another key", b"the signing secret") is None
+
+
+def test_a_forged_or_foreign_entry_is_a_miss(audited, tmp_path):
+    """The red team's attack: the findings edited out of an entry (the key still right) made a hostile model pass.
+    An entry whose signature is not this secret's, or that was changed after it was signed, is never read."""
+    report = audited("classifier_argmax", static_only=True)
+    slot = cache.Slot("m", "name", "k", {"environment": {}, "model": {}})
+    path = tmp_path / "e.json"
+    doc = json.loads(cache._entry([report], slot, b"mine"))
+    path.write_text(json.dumps(doc))
+    assert cache.read_entry(str(path), "k", b"mine") is not None
+    assert cache.read_entry(str(path), "k", b"another machine's") is None
+    for entry in (doc["cache"]["reports"][0], doc):
+        entry["findings"] = []
+    path.write_text(json.dumps(doc))  # the findings gone, the signature kept
+    assert cache.read_entry(str(path), "k", b"mine") is None
+    del doc["cache"]["signature"]
+    path.write_text(json.dumps(doc))
+    assert cache.read_entry(str(path), "k", b"mine") is None
+
+
+def test_the_signing_secret_is_the_variable_or_a_private_key_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADAUDIT_CACHE_KEY", "from-ci-secrets")
+    assert cache.signing_key() == b"from-ci-secrets"
+    monkeypatch.delenv("GRADAUDIT_CACHE_KEY")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    first = cache.signing_key()
+    key_file = tmp_path / "gradaudit" / "cache-key"
+    assert len(first) >= 32 and key_file.read_bytes() == first and (key_file.stat().st_mode & 0o777) == 0o600
+    assert cache.signing_key() == first  # made once

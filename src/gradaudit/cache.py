@@ -8,14 +8,22 @@ on, the platform, the environment variables TensorFlow reads and the default mem
 --ignore, --ignore-ops, --baseline, --fail-on) is not in it: it is applied to the reports on every run, read from
 the cache or not. Not stored: a model that could not be audited, a run whose runtime brought no result (a
 timeout, the memory limit, the process died), and models run with --allow-unsafe-ops that hold ops or files
-not proven safe. Python targets are never cached: the code they import cannot be hashed."""
+not proven safe. Python targets are never cached: the code they import cannot be hashed.
+
+An entry is signed (HMAC-SHA256 over its content) with a secret that is not in the cache folder: the environment
+variable GRADAUDIT_CACHE_KEY where set (a CI secret), else a key file this user's gradaudit made once
+($XDG_CONFIG_HOME/gradaudit/cache-key, mode 0600). An entry whose signature does not verify is a miss: a cache
+folder restored into a checkout, or committed by a pull request, cannot make a model pass that it was not written
+for by this machine (or by a run that held the secret)."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -30,7 +38,7 @@ from .model import Report
 from .results import AuditOptions
 from .version import __version__
 
-ENTRY_FORMAT = 2  # what an entry holds; a change of it is a new key, so older entries are misses
+ENTRY_FORMAT = 3  # what an entry holds; a change of it is a new key, so older entries are misses
 SOURCE = Path(__file__).resolve().parent  # gradaudit's own files: a developer's edit is a new key
 # The distributions whose code decides a report: TensorFlow under each name it is published as, Keras (Keras
 # files), and what the checks, the parse and the sandbox run on
@@ -221,7 +229,37 @@ def _prepare_folder(folder: str) -> None:
             _write_atomically(os.path.join(folder, name), text)
 
 
-def _entry(reports: Sequence[Report], slot: Slot) -> str:
+KEY_VARIABLE = "GRADAUDIT_CACHE_KEY"
+
+
+def signing_key() -> bytes:
+    """The secret entries are signed with: GRADAUDIT_CACHE_KEY, else this user's key file, made on first use (raises
+    OSError when neither exists nor can be made: nothing is cached then)."""
+    given = os.environ.get(KEY_VARIABLE)
+    if given:
+        return given.encode()
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    path = os.path.join(base, "gradaudit", "cache-key")
+    try:
+        with open(path, "rb") as f:
+            key = f.read()
+        if len(key) >= 32:
+            return key
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        key = secrets.token_hex(32).encode()
+        f.write(key)
+    return key
+
+
+def _signature(doc: dict[str, Any], key: bytes) -> str:
+    return hmac.new(key, json.dumps(doc, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+def _entry(reports: Sequence[Report], slot: Slot, key: bytes) -> str:
     """The run's JSON report (as --format json writes it, before the policy), with `cache`: the key, what it
     was made of, and the Reports field by field."""
     from .report import render
@@ -230,12 +268,14 @@ def _entry(reports: Sequence[Report], slot: Slot) -> str:
     doc = json.loads(render("json", reports))
     parts = {**slot.parts, "environment": _digest(slot.parts["environment"])}  # no variable's value written
     doc["cache"] = {"format": ENTRY_FORMAT, "key": slot.key, "parts": parts, "reports": [encode(r) for r in reports]}
+    doc["cache"]["signature"] = _signature(doc, key)
     return json.dumps(doc) + "\n"
 
 
-def read_entry(path: str, key: str) -> tuple[tuple[Report, ...], str] | None:
-    """The reports of the entry at `path` and the TensorFlow version its run recorded, when it holds `key`;
-    None for anything else (missing, truncated, corrupt, foreign, another key)."""
+def read_entry(path: str, key: str, secret: bytes) -> tuple[tuple[Report, ...], str] | None:
+    """The reports of the entry at `path` and the TensorFlow version its run recorded, when it holds `key` and its
+    signature is `secret`'s; None for anything else (missing, truncated, corrupt, foreign, another key, unsigned or
+    signed with another secret)."""
     from .wire import WireError, decode
 
     try:
@@ -243,6 +283,9 @@ def read_entry(path: str, key: str) -> tuple[tuple[Report, ...], str] | None:
             doc = json.load(f)
         cache, tool = doc["cache"], doc["tool"]
         if cache["format"] != ENTRY_FORMAT or cache["key"] != key or not cache["reports"]:
+            return None
+        signature = cache.pop("signature")
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(doc, secret)):
             return None
         reports = tuple(decode(Report, r, "cache") for r in cache["reports"])
         version = decode(str, tool["tensorflow"], "tool")
@@ -261,9 +304,12 @@ class Cache:
         self._hits: set[str] = set()
         self._said: set[str] = set()
         self._common: dict[str, Any] | None = None
+        self._secret = b""
         try:
             self._common = {**environment(), **options_parts(options, all_signatures)}
+            self._secret = signing_key()
         except (Uncacheable, OSError) as exc:
+            self._common = None
             self._once(f"gradaudit: --cache: nothing is cached: {exc}")
 
     def _once(self, line: str) -> None:
@@ -300,7 +346,7 @@ class Cache:
             if slot is None:
                 continue
             self._slots[path] = slot
-            entry = read_entry(self._entry_path(slot), slot.key)
+            entry = read_entry(self._entry_path(slot), slot.key, self._secret)
             if entry is not None:
                 found[path] = ModelAudit(path, entry[0])
                 record_tensorflow_version(entry[1])
@@ -345,7 +391,7 @@ class Cache:
 
         try:
             _prepare_folder(self.folder)
-            _write_atomically(self._entry_path(slot), _entry(reports, slot))
+            _write_atomically(self._entry_path(slot), _entry(reports, slot, self._secret))
         except OSError as exc:
             self._once(f"gradaudit: warning: cannot write the cache {printable(self.folder)}: "
                        f"{exc.strerror or exc}; the reports are not cached")
