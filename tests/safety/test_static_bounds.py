@@ -328,3 +328,37 @@ def test_index_whose_blocks_repeat_is_corrupt(tmp_path):
     path = _variables(tmp_path, data + index + footer + struct.pack("<Q", 0xDB4775248B80FB57), 0)
     problem = variables_problem(path, True)
     assert problem is not None and "corrupt (its blocks add up to more than the file)" in problem
+
+
+def _many_sources_model(path: str, sources: int, chain: int) -> str:
+    """`sources` float inputs summed, then a chain of `chain` identities: reachability masks of `sources` bits on
+    every node of the chain (the red team's 40,000 inputs over 200,000 nodes held 6.8 GB in the parent)."""
+    import tensorflow as tf
+
+    spec = [tf.TensorSpec([], tf.float32, name=f"a{i}") for i in range(sources)]
+
+    @tf.function(input_signature=spec, autograph=False)
+    def f(*xs):
+        h = tf.add_n(list(xs))
+        for _ in range(chain):
+            h = tf.identity(h)
+        return {"y": h}
+
+    module = tf.Module()
+    module.f = f
+    tf.saved_model.save(module, path, signatures={"serving_default": f})
+    return path
+
+
+def test_reachability_masks_are_bounded_before_they_are_made(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import gradaudit.graph.dataflow as dataflow
+    from gradaudit.cli import main
+
+    path = _many_sources_model(str(tmp_path / "wide"), 400, 3000)
+    assert CliRunner().invoke(main, [path, "--static-only"]).exit_code == 0  # within the default bound
+    monkeypatch.setattr(dataflow, "MAX_MASK_BYTES", 200_000)
+    result = CliRunner().invoke(main, [path, "--static-only"])
+    assert result.exit_code == 2 and "reachability masks" in result.output and "400 sources" in result.output
+    assert "Traceback" not in result.output

@@ -228,6 +228,10 @@ class StaticPassTooSlow(GraphTooLarge):
 # The static pass holds about 4 KB per node (a chain of 1,000,000 Identity ops: 3.85 GB, 117 s here): this
 # bounds its memory to about 4 GB. Keras ResNet50 has 8,300 nodes; a 1,000-step unrolled LSTM about 100,000.
 MAX_STATIC_NODES = 1_000_000
+# The reachability masks hold one bit per source (and per output) on every node, five families of them: a
+# signature of 40,000 inputs over a chain of 200,000 nodes (an 18 MB file, within every other budget) held 6.8 GB
+# in gradaudit's own process. Their total is bounded here, counted before each function copy's masks are made.
+MAX_MASK_BYTES = 2 << 30
 
 
 class Budget:
@@ -238,6 +242,7 @@ class Budget:
         self.max_nodes = max_nodes
         self.seconds = seconds
         self.used = 0
+        self.mask_bytes = 0
         # `started`: when the model began to be read (time.monotonic()), so that parsing counts too
         self._deadline = (time.monotonic() if started is None else started) + seconds
 
@@ -254,6 +259,15 @@ class Budget:
             raise GraphTooLarge(f"its graphs exceed the static pass's budget of {self.max_nodes:,} nodes "
                                 "(each function is analysed once per distinct calling context)")
         self.check_time()
+
+    def charge_masks(self, nodes: int, source_bits: int, output_bits: int) -> None:
+        """Refuse, before making them, reachability masks beyond MAX_MASK_BYTES in all: `nodes` nodes with two
+        families over `source_bits` sources and three over `output_bits` outputs."""
+        self.mask_bytes += nodes * (2 * (source_bits // 8 + 28) + 3 * (output_bits // 8 + 28))
+        if self.mask_bytes > MAX_MASK_BYTES:
+            raise GraphTooLarge(f"its flow analysis would hold more than {MAX_MASK_BYTES >> 30} GiB of reachability "
+                                f"masks ({source_bits:,} sources and {output_bits:,} outputs over the nodes of its "
+                                "graphs)")
 
     def check_time(self) -> None:
         if time.monotonic() > self._deadline:

@@ -131,7 +131,9 @@ class Program:
 
     def summary_of(self, key: FunctionKey) -> Summary:
         if key not in self.summaries:
-            self.summaries[key] = _summary(self.bodies[key])
+            body = self.bodies[key]
+            self.budget.charge_masks(len(body.g.dtype), len(body.args), 2 * len(body.rets))
+            self.summaries[key] = _summary(body)
         return self.summaries[key]
 
     def _body(self, builder: DataflowBuilder, args: list[int], rets: list[int]) -> Body:
@@ -195,6 +197,8 @@ class Program:
         while work:
             inst, inst_seeds = work.pop()
             self.budget.charge(inst.body.n_own)
+            self.budget.charge_masks(len(inst.body.g.dtype), _width(inst_seeds.value, inst_seeds.grad),
+                                     _width(inst_seeds.out_value, inst_seeds.out_grad, inst_seeds.converted))
             masks = inst.masks = reach_masks(inst.body.g, inst_seeds, inst.body.order)
             for site in inst.body.sites:
                 ctx = _site_context(site, masks, arg_seed)
@@ -345,3 +349,8 @@ def _copy_facts(g: Dataflow, body: Body, to: list[int]) -> None:
     for t, shape in src.shape.items():
         if body.own[t] >= 0:
             g.shape[to[t]] = shape
+
+
+def _width(*families: dict[int, int]) -> int:
+    """The bits the masks seeded by `families` take: the highest bit any seed sets."""
+    return max((m.bit_length() for f in families for m in f.values()), default=0)
