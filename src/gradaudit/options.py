@@ -17,6 +17,23 @@ from .report import FORMATS
 
 FAIL_ON = ("error", "warning", "info", "never")
 PATH = click.Path(dir_okay=False)
+class _FiniteSeconds(click.FloatRange):
+    """A number of seconds, 0 or more and finite: `nan` or `inf` (from the command line or a configuration file)
+    would stop every audit at once or write `Infinity` into the JSON report."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
+_SECONDS = _FiniteSeconds(min=0)
+
 # The CLI's time budget for the part that runs the model (--timeout); the Python API runs it in the caller's
 # process unless given a timeout.
 DEFAULT_TIMEOUT = 600.0
@@ -196,7 +213,7 @@ audit = _declare(
                  help="Run models holding ops or files not proven safe (GA401 file, network, process or "
                       "Python ops; GA402 ops off the reviewed list; GA403 assets outside the model), and load "
                       "Keras files holding Python code. Command line only: a configuration file cannot set it."),
-    click.option("--timeout", type=click.FloatRange(min=0), default=DEFAULT_TIMEOUT, show_default=True,
+    click.option("--timeout", type=_SECONDS, default=DEFAULT_TIMEOUT, show_default=True,
                  metavar="SECONDS",
                  help="Bound the part that runs the model (numeric checks, probes): it runs in a sandboxed child "
                       "process and the audit is incomplete when it takes longer; the static report stays. 0: no "

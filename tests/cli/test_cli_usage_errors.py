@@ -25,3 +25,19 @@ def test_bad_option_is_one_line_and_exit_2(args, said):
 def test_help_and_version_still_exit_0():
     assert run("--help").exit_code == 0 and "Usage:" in run("--help").stdout
     assert run("rules").exit_code == 0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_timeout_that_is_not_a_finite_number_is_a_usage_error(value, tmp_path):
+    """The red team's `timeout = nan` (a configuration file) made every audit incomplete at once, and `inf` wrote
+    `Infinity` into the JSON report: both exit 2 with one line, from the command line and from a file."""
+    from click.testing import CliRunner
+
+    from gradaudit.cli import main
+
+    result = CliRunner().invoke(main, [str(tmp_path), "--static-only", "--timeout", value])
+    assert result.exit_code == 2 and "--timeout" in result.output
+    config = tmp_path / "gradaudit.toml"
+    config.write_text(f"timeout = {value}\n")
+    result = CliRunner().invoke(main, [str(tmp_path), "--static-only", "--config", str(config)])
+    assert result.exit_code == 2 and "timeout" in result.output and "Traceback" not in result.output
