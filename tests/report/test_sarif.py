@@ -126,3 +126,19 @@ def test_failures_and_notes_become_notifications(many_doc):
     levels = [(n["level"], n["message"]["text"]) for n in invocation["toolExecutionNotifications"]]
     assert ("error", "models/broken: cannot be parsed") in levels
     assert any(level == "note" and "numeric checks" in text for level, text in levels)
+
+
+def test_a_folder_name_that_is_not_uri_text_is_percent_encoded(argmax_report, tmp_path, monkeypatch):
+    """The red team's folder names (a space, '#', '%', '?') went into artifactLocation.uri as they were: not a URI
+    reference, and '#' starts a fragment."""
+    import shutil
+    from dataclasses import replace
+    from urllib.parse import unquote
+
+    folder = tmp_path / "my models #1 %20 ?x"
+    shutil.copytree(REPO / "sample_models/classifier_argmax", folder)
+    monkeypatch.chdir(tmp_path)
+    report = replace(argmax_report, target=replace(argmax_report.target, path=folder.name))
+    loc = sarif.to_dict([report])["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert " " not in loc["uri"] and "#" not in loc["uri"] and "?" not in loc["uri"]
+    assert unquote(loc["uri"]) == f"{folder.name}/saved_model.pb" and loc["uriBaseId"] == "%SRCROOT%"

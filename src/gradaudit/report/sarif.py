@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from ..baseline import fingerprint
 from ..model import Finding, Report, Severity
@@ -48,7 +49,8 @@ def _artifact(path: str) -> dict[str, Any]:
     shown = display_path(path)
     if os.path.isabs(shown):
         return {"uri": Path(shown).as_uri()}
-    return {"uri": shown, "uriBaseId": SRCROOT}
+    # a URI reference: a folder name's spaces, '#', '%' or '?' percent-encoded (RFC 3986), '/' kept
+    return {"uri": quote(shown.replace(os.sep, "/"), safe="/"), "uriBaseId": SRCROOT}
 
 
 class _LogicalLocations:
