@@ -98,6 +98,11 @@ class Comparison:
     unmeasurable: list[str] = field(default_factory=list)
     forward: float = 0.0  # the float32 forward's relative gap from the float64 copy's at the last point compared
     ops_checked: int = 0  # ops compared on their own (compare_ops), the most at one point
+    # a model computing in float16 or bfloat16 inside: per source, the point where the most of its gradient entries
+    # are exactly zero while the float64 copy's are not (underflowed inside): (share, smallest lost |g|, where)
+    underflow: dict[str, tuple[float, float, str]] = field(default_factory=dict)
+    largest64: dict[str, float] = field(default_factory=dict)  # per source, the largest |g| of the float64 copy
+    half: str | None = None  # that compute dtype
 
 
     def record(self, gaps: list[Gap], where: str) -> None:
@@ -284,6 +289,67 @@ def _per_unit(prober, point: dict[str, np.ndarray], out32: dict[str, Any]):
     return per_unit
 
 
+def half_inside(prober) -> str | None:
+    """float16 or bfloat16 when the model computes in it inside (Keras' mixed_float16 policy, a float16 island)."""
+    from .precision import compute_dtype
+
+    own = compute_dtype(prober.analysis)
+    return own[0] if own else None
+
+
+def compare_underflow(prober, point: dict[str, np.ndarray], where: str, into: Comparison) -> None:
+    """For a model computing in a half precision inside: the gradient entries that are exactly zero in the model's
+    gradient while its float64 copy's are not (and are no rounding of a zero there): they underflowed inside. One
+    GA330 per source at the end (`merged`), with the loss scale that brings them into range."""
+    _, g = prober.gradients(point, with_variables=True)
+    at = prober.float64_gradients(point, None, with_variables=True)
+    if at is None:
+        return
+    into.points += 1
+    for s, a in g.items():
+        b = at[1].get(s)
+        if a is None or b is None or np.shape(a) != np.shape(b) or not (np.all(np.isfinite(a))
+                                                                        and np.all(np.isfinite(b))):
+            continue
+        mags = np.abs(np.asarray(b, np.float64))
+        top = float(mags.max(initial=0.0))
+        exact = (mags >= FLOOR) & (mags > 1e-12 * top)  # nonzero in float64, and no rounding of a zero
+        n = int(np.count_nonzero(exact))
+        if not n:
+            continue
+        into.largest64[s] = max(into.largest64.get(s, 0.0), top)
+        lost = exact & (np.asarray(a) == 0)
+        share = int(np.count_nonzero(lost)) / n
+        if share and share > into.underflow.get(s, (0.0, 0.0, ""))[0]:
+            into.underflow[s] = (share, float(mags[lost].min()), where)
+
+
+def underflow_findings(into: Comparison) -> list[Finding]:
+    """One GA330 per source whose gradient lost at least LOST of its entries inside the model's half precision."""
+    from ..rules import hazards as rules
+    from .precision_math import LOST, limits, power_of_two, settled_loss_scale
+
+    dtype = into.half or "float16"
+    found = []
+    for s, (share, smallest, where) in sorted(into.underflow.items()):
+        if share < LOST:
+            continue
+        scale = settled_loss_scale(into.largest64.get(s), dtype)
+        tiny = limits(dtype).smallest_subnormal
+        rescued = scale is not None and smallest * scale >= tiny
+        rescue = ("" if scale is None else
+                  f"; a dynamic loss scale settles on {power_of_two(scale)} (largest |g| "
+                  f"{into.largest64[s]:.3g})" + (", where they are in range (Keras' LossScaleOptimizer, which "
+                                                  "mixed_float16 training uses, finds it)" if rescued else
+                                                  ", and even there the smallest stay below it"))
+        found.append(rules.GradientUnderflow.finding(
+            f"The model computes in {dtype} inside, and at {where} {_pct(share)} of the gradient entries of {s} are "
+            f"exactly zero where its float64 copy's are not (the smallest {smallest:.3g}; {dtype}'s smallest "
+            f"subnormal is {tiny:.3g}): they underflowed inside, and training without a loss scale leaves them "
+            f"unchanged{rescue}.", sources=(s,), severity=Severity.INFO if rescued else None))
+    return found
+
+
 def whole_model(prober) -> bool:
     """Compare the whole model's gradients (a float64 copy is loaded, or cheap to load), else each op's own: a large
     model decided by its local checks loads no float64 copy for this."""
@@ -414,13 +480,9 @@ def _pct(x: float) -> str:
 def wanted(prober) -> str | None:
     """Why the two gradients are not compared on this model (None: they are)."""
     from ..numeric.session import drawing_ops
-    from .precision import compute_dtype
 
     if prober.plan.native != "float32":
         return f"the model computes in {prober.plan.native}"
-    own = compute_dtype(prober.analysis)
-    if own:
-        return f"the model computes in {own[0]} inside (see --precision)"
     drawn = drawing_ops(prober.info.op_types)
     if drawn:
         return (f"the model draws random numbers ({', '.join(drawn[:3])}), which its float64 copy draws differently: "
@@ -435,6 +497,12 @@ def summary(into: Comparison) -> list[str]:
     if not into.points:
         return []
     lines = []
+    if into.half is not None:
+        lost = [s for s, (share, _, _) in into.underflow.items() if share > 0]
+        if not lost:
+            lines.append(f"The model computes in {into.half} inside: no gradient entry is zero where its float64 "
+                         f"copy's is not, at {into.points} point(s) (nothing underflowed inside).")
+        return lines
     if into.ops_checked and not into.findings:
         lines.append(f"The float32 gradient of each of {into.ops_checked} op(s) agrees with its float64 kernel's at "
                      f"the values the model gives it, at {into.points} point(s).")

@@ -551,7 +551,12 @@ class Prober:
         if self._own is False or not check:
             return
         try:
-            if own_precision.whole_model(self):
+            if self._own.half is None and self._own.points == 0:
+                self._own.half = own_precision.half_inside(self)
+            if self._own.half is not None:
+                if own_precision.whole_model(self):
+                    own_precision.compare_underflow(self, point, where, self._own)
+            elif own_precision.whole_model(self):
                 own_precision.compare_at(self, point, where, scale, self._own)
             else:
                 own_precision.compare_ops(self, point, where, self._own)
@@ -802,10 +807,12 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
     own = prober.own_precision()
     if own is not None:
         from .own_precision import summary
+        from .own_precision import underflow_findings as own_findings
 
         notes += own.notes + summary(own)
     return LadderOutcome(results, reported, notes, probed, prober.checked + (own.rows if own else []),
-                         prober.mismatches + (own.merged() if own else []), list(prober.raised),
+                         prober.mismatches + (own.merged() + own_findings(own) if own else []),
+                         list(prober.raised),
                          own.undecided if own else [])
 
 

@@ -1,0 +1,62 @@
+"""A model that computes in float16 inside (a float16 island, as Keras' mixed_float16 policy makes): gradient entries
+below float16's smallest subnormal are exactly zero in its gradient, while its float64 copy's are not. The default
+audit says so (GA330, with the loss scale that brings them back), where `--precision` alone could not tell an
+underflowed zero from an exact one. The truth is the tape on the loaded model (exactly zero) against float64 central
+differences of the same function (not zero); the twin whose gradients are in float16's range gets no GA330."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from helpers import save_module
+
+from gradaudit.api import AuditOptions, audit_saved_model
+
+
+class Island(tf.Module):
+    def __init__(self, loss_scale: float):
+        self.loss_scale = loss_scale
+        self.w = tf.Variable(np.random.default_rng(15).standard_normal((4, 4)).astype("float32") * 1e-2, name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        h = tf.matmul(tf.cast(x, tf.float16) * 1e-2, tf.cast(self.w, tf.float16))
+        return {"loss": self.loss_scale * tf.reduce_sum(tf.cast(tf.tanh(h), tf.float32), -1)}
+
+
+def _truth(path: str, loss_scale: float) -> tuple[float, float]:
+    """(largest |tape gradient| of x on the loaded model, largest |float64 central difference|)."""
+    loaded = tf.saved_model.load(path)
+    x = np.random.default_rng(0).standard_normal((1, 4))
+    xt = tf.constant(x, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = tf.reduce_sum(loaded.signatures["serving_default"](x=xt)["loss"])
+    tape_max = float(np.max(np.abs(tape.gradient(y, xt).numpy())))
+    w = loaded.w.numpy().astype(np.float64)
+
+    def f(v):
+        return loss_scale * np.sum(np.tanh((v * 1e-2) @ w))
+
+    h = 1e-4
+    numeric = [(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(4)]
+    return tape_max, float(np.max(np.abs(numeric)))
+
+
+def test_gradients_that_underflow_inside_a_float16_island_are_reported(tmp_path):
+    path = save_module(Island(1e-4), str(tmp_path / "island"))
+    tape_max, true_max = _truth(path, 1e-4)
+    assert tape_max == 0.0 and true_max > 1e-9  # the truth: zero in the model, not in exact arithmetic
+    r = audit_saved_model(path, AuditOptions())
+    found = [f for f in r.findings if f.code == "GA330" and "x" in f.sources]
+    assert found and "2**" in found[0].message, [f.message for f in r.findings]
+    assert r.verdict() == "pass"  # information: a dynamic loss scale brings them back
+
+
+def test_a_float16_island_whose_gradients_fit_gets_no_finding(tmp_path):
+    path = save_module(Island(1e3), str(tmp_path / "fits"))
+    tape_max, true_max = _truth(path, 1e3)
+    assert tape_max > 0 and abs(tape_max - true_max) < 1e-2 * true_max
+    r = audit_saved_model(path, AuditOptions())
+    assert not [f for f in r.findings if f.code == "GA330"], [f.message for f in r.findings]
+    assert any("nothing underflowed inside" in n.text for n in r.notes)
