@@ -140,3 +140,49 @@ def test_where_nan_matches_the_installed_tensorflow(op_type, fn):
         tape.watch(x)
         y = tf.where(x > 0, eval(fn, {"tf": tf, "x": x}), 0.0)
     assert bool(np.isnan(tape.gradient(y, x).numpy()[0])) == (op_type in _SINGULAR)
+
+
+class _StableSoftplus:
+    """log(1 + exp(.)) of a value that is never positive: exp cannot overflow, the stable forms (tester 7's
+    false GA301 on each)."""
+
+    @staticmethod
+    def build(path: str) -> str:
+        import tensorflow as tf
+        from helpers import save_module
+
+        class M(tf.Module):
+            @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="z"),
+                                          tf.TensorSpec([None, 3], tf.float32, name="labels")])
+            def __call__(self, z, labels):
+                return {"softplus": tf.nn.relu(z) + tf.math.log1p(tf.exp(-tf.abs(z))),
+                        "logistic": tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=z),
+                        "clipped": tf.math.log(1.0 + tf.exp(tf.minimum(z, 0.0))),
+                        "naive": tf.math.log1p(tf.exp(z))}
+
+        return save_module(M(), path)
+
+
+def test_log1p_exp_of_a_never_positive_value_is_not_a_lint(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    path = _StableSoftplus.build(str(tmp_path / "stable"))
+    loaded = tf.saved_model.load(path)
+    z = tf.constant([[100.0, -100.0, 3.0]])
+    out = loaded.signatures["serving_default"](z=z, labels=tf.ones_like(z))
+    assert not np.all(np.isfinite(out["naive"].numpy()))
+    # the truth: each stable form alone has a finite value and gradient where exp(z) overflows
+    for name, form in (("softplus", lambda x: tf.nn.relu(x) + tf.math.log1p(tf.exp(-tf.abs(x)))),
+                       ("logistic", lambda x: tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.ones_like(x),
+                                                                                      logits=x)),
+                       ("clipped", lambda x: tf.math.log(1.0 + tf.exp(tf.minimum(x, 0.0))))):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            y = form(z)
+        assert np.allclose(y.numpy(), out[name].numpy()) and np.all(np.isfinite(tape.gradient(y, z).numpy()))
+    r = audit_saved_model(path, AuditOptions(static_only=True))
+    found = [f for f in r.findings if f.rule == "log1p-exp"]
+    assert [f.outputs for f in found] == [("naive",)], [f.message for f in found]

@@ -214,7 +214,7 @@ def _log_patterns(v: _View, log) -> list:
         return []
     a = arg.ref.op_type
     if log.ref.op_type == "Log1p" and a == "Exp":
-        return [_log1p_exp(v, log, arg, None)]
+        return [] if _nonpositive(v, arg.inputs[0][0]) else [_log1p_exp(v, log, arg, None)]
     if log.ref.op_type != "Log":
         return []
     if a == "Sigmoid":
@@ -227,7 +227,7 @@ def _log_patterns(v: _View, log) -> list:
                  "the logits are spread (by more than about 87 in float32), where the gradient is NaN")]
     found = _one_plus_exp(v, arg)
     if found is not None:
-        return [_log1p_exp(v, log, found, arg)]
+        return [] if _nonpositive(v, found.inputs[0][0]) else [_log1p_exp(v, log, found, arg)]
     # a sigmoid written by hand: log(1 / (1 + exp(-x))), log(reciprocal(1 + exp(-x)))
     denominator = None
     if a in _DIV and len(arg.inputs) == 2 and v.const(arg.inputs[0][0]) == 1.0:
@@ -241,6 +241,57 @@ def _log_patterns(v: _View, log) -> list:
                  f"{exp.ref.label} overflows to inf for very negative inputs of the sigmoid, where the value is "
                  "-inf and the gradient NaN")]
     return []
+
+
+# Ops whose result is never negative: minus one of them is never positive.
+_NEVER_NEGATIVE = frozenset({"Abs", "Relu", "Relu6", "Square", "Exp", "Softplus", "Sqrt", "Sigmoid"})
+
+
+def _nonpositive(v: _View, t: int, depth: int = 0) -> bool:
+    """`t` is never positive by its form: minus a non-negative value (-|x|, as the stable softplus and TensorFlow's
+    own sigmoid cross-entropy write exp(-|x|)), a non-positive constant, or a minimum with one. exp of it never
+    overflows, so log(1 + exp(.)) of it is the stable form, not the hazard."""
+    node = v.producer(t)
+    if node is None or depth > 4:
+        return False
+    op = node.ref.op_type
+    if op == "Const":
+        value = v.const(t)
+        return value is not None and value <= 0.0
+    if op == "Neg" and node.inputs:
+        inner = v.producer(node.inputs[0][0])
+        return inner is not None and inner.ref.op_type in _NEVER_NEGATIVE
+    if op in ("Select", "SelectV2") and len(node.inputs) == 3:
+        return _minus_abs(v, node)
+    if op in ("Minimum",) and len(node.inputs) == 2:
+        return any(_nonpositive(v, i, depth + 1) for i, _ in node.inputs)
+    if op == "Mul" and len(node.inputs) == 2:  # a non-positive constant times a non-negative value
+        for k in (0, 1):
+            c, other = v.const(node.inputs[k][0]), v.producer(node.inputs[1 - k][0])
+            if c is not None and c <= 0.0 and other is not None and other.ref.op_type in _NEVER_NEGATIVE:
+                return True
+    return False
+
+
+def _minus_abs(v: _View, select) -> bool:
+    """select(x >= 0, -x, x) or select(x < 0, x, -x): -|x|, as tf.nn.sigmoid_cross_entropy_with_logits writes it."""
+    cond = v.producer(select.inputs[0][0])
+    if cond is None or len(cond.inputs) != 2:
+        return False
+    x, zero = cond.inputs[0][0], v.producer(cond.inputs[1][0])
+    if zero is None or not (zero.ref.op_type == "ZerosLike" or v.const(cond.inputs[1][0]) == 0.0):
+        return False
+    t, f = v.root(select.inputs[1][0]), v.root(select.inputs[2][0])
+
+    def negated(a: int) -> bool:
+        node = v.producer(a)
+        return node is not None and node.ref.op_type == "Neg" and v.root(node.inputs[0][0]) == v.root(x)
+
+    if cond.ref.op_type in ("GreaterEqual", "Greater"):
+        return negated(t) and f == v.root(x)
+    if cond.ref.op_type in ("LessEqual", "Less"):
+        return t == v.root(x) and negated(f)
+    return False
 
 
 def _one_plus_exp(v: _View, node):
