@@ -134,6 +134,8 @@ class Forensics:
                 self._custom_fn[node.ref] = gradient_functions.get(node.custom_gradient, node.custom_gradient)
         self._graph: Any = None  # the model's graph, built on first use
         self._lifted: dict[str, np.ndarray] = {}  # tensor name -> value of a large constant fed as a placeholder
+        # (a digest of the last point the local checks recorded, tensor name -> value there): local._record's
+        self.recorded: tuple[Any, dict[str, np.ndarray]] = (None, {})
         self._sources: set[str] = set()  # op names of the inputs and of the variables (constants or placeholders)
         self._session: Any = None  # a session on it, made again after the graph changed (`_stale`)
         self._by_output: dict[str, tuple] = {}

@@ -98,6 +98,7 @@ class Comparison:
     unmeasurable: list[str] = field(default_factory=list)
     forward: float = 0.0  # the float32 forward's relative gap from the float64 copy's at the last point compared
     ops_checked: int = 0  # ops compared on their own (compare_ops), the most at one point
+    checker: Any = None  # the local.LocalChecker compare_ops uses at every point (close() ends its sessions)
     # a model computing in float16 or bfloat16 inside: per source, the point where the most of its gradient entries
     # are exactly zero while the float64 copy's are not (underflowed inside): (share, smallest lost |g|, where)
     underflow: dict[str, tuple[float, float, str]] = field(default_factory=dict)
@@ -364,8 +365,10 @@ def compare_ops(prober, point: dict[str, np.ndarray], where: str, into: Comparis
     from ..rules import numeric as rules
     from .local import LocalChecker, op_pairs
 
-    checker = LocalChecker(prober.forensics, np.random.default_rng([prober.seed, 19, into.points]),
-                           analysis=prober.analysis, value_free=False)
+    if into.checker is None:  # one for every point: its check graphs serve the same ops at the same shapes
+        into.checker = LocalChecker(prober.forensics, np.random.default_rng([prober.seed, 19]),
+                                    analysis=prober.analysis, value_free=False)
+    checker = into.checker
     try:
         gaps = checker.float32_gaps(point)
     except Exception as exc:
@@ -392,14 +395,17 @@ def _locate(prober, point: dict[str, np.ndarray]):
     from ..errors import raised_by_tensorflow
     from .local import LocalChecker
 
+    checker = LocalChecker(prober.forensics, np.random.default_rng([prober.seed, 19]), analysis=prober.analysis,
+                           value_free=False)
     try:
-        gaps = LocalChecker(prober.forensics, np.random.default_rng([prober.seed, 19]), analysis=prober.analysis,
-                            value_free=False).float32_gaps(point)
+        gaps = checker.float32_gaps(point)
     except Exception as exc:
         if not raised_by_tensorflow(exc):
             raise
         return None, (f"The op at fault could not be located (TensorFlow could not run a frozen copy: "
                       f"{type(exc).__name__}).")
+    finally:
+        checker.close()
     if not gaps:
         return None, ("No op's own float32 gradient is off at the values it receives there: float32's arithmetic "
                       "along the chain (values in its subnormals, or beyond its range) loses the gradient.")

@@ -351,6 +351,8 @@ class Prober:
     def close(self) -> None:
         if self._check_graphs is not None:
             self._check_graphs.close()
+        if self._own and self._own.checker is not None:
+            self._own.checker.close()
         self.forensics.close()  # the loaded model and its float64 copy are closed by `loads`' owner
 
     # -- one probe point ---------------------------------------------------------------------------
