@@ -102,6 +102,7 @@ def test_a_wrong_custom_gradient_inside_a_large_model_is_caught_and_named(big_mo
     mismatches = [f for f in report.findings if f.code == "GA201"]
     assert mismatches and mismatches[0].op is not None and mismatches[0].op.op_type == "IdentityN"
     assert "custom gradient" in mismatches[0].message
+    assert mismatches[0].outputs == ("y",) and "x" in mismatches[0].sources  # tester 7's big_cg listed no output
     failed = [c for c in report.local if c.status == "fail" and c.scale is None]
     assert [c.kind for c in failed] == ["custom_gradient"] and failed[0].rel_error > failed[0].bound
     assert {n.status for n in report.numeric if n.scale is None} == {"fail"}

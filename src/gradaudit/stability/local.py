@@ -1110,13 +1110,17 @@ def findings(outcome: LocalOutcome, analysis, confirmed: bool = True) -> list[Fi
 
 def op_pairs(analysis) -> Callable[[OpRef], tuple[tuple[str, ...], tuple[str, ...]]]:
     """op -> (the sources, the outputs) whose gradient paths cross it, from the static masks of its node."""
-    nodes = {n.ref: n for n in analysis.graph.ops.values()}
+    nodes: dict[OpRef, list[Any]] = {}
+    for n in analysis.graph.ops.values():  # a function called in several contexts has a node per copy
+        nodes.setdefault(n.ref, []).append(n)
     names = [s.name for s in analysis.sources]
     outs = [o.name for o in analysis.outputs]
 
     def pairs(ref: OpRef) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        node = nodes.get(ref)
-        src, out = analysis.op_masks(node, grad=True) if node is not None else (0, 0)
+        src = out = 0
+        for node in nodes.get(ref, []):
+            s_mask, o_mask = analysis.op_masks(node, grad=True)
+            src, out = src | s_mask, out | o_mask
         return (tuple(n for i, n in enumerate(names) if src >> i & 1),
                 tuple(n for j, n in enumerate(outs) if out >> j & 1))
 
