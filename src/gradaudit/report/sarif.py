@@ -50,7 +50,16 @@ def _artifact(path: str) -> dict[str, Any]:
     if os.path.isabs(shown):
         return {"uri": Path(shown).as_uri()}
     # a URI reference: a folder name's spaces, '#', '%' or '?' percent-encoded (RFC 3986), '/' kept
-    return {"uri": quote(shown.replace(os.sep, "/"), safe="/"), "uriBaseId": SRCROOT}
+    return {"uri": _quoted(shown.replace(os.sep, "/")), "uriBaseId": SRCROOT}
+
+
+def _quoted(path: str) -> str:
+    """`path` percent-encoded: a file name's undecodable bytes (lone surrogates from the file system) as the bytes
+    they were, any other lone surrogate as its escape."""
+    try:
+        return quote(path, safe="/", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return quote(path, safe="/", errors="backslashreplace")
 
 
 class _LogicalLocations:
