@@ -204,3 +204,47 @@ def test_stateless_draws_are_not_compared_with_the_float64_copy(tmp_path):
     assert np.allclose(g[0], numeric, rtol=1e-2, atol=1e-3)  # the truth: healthy, the same draws at every call
     r = audit_saved_model(path, AuditOptions())
     assert not _gaps(r) and r.verdict() == "pass", [f.message for f in r.findings]
+
+
+class Cancelling(tf.Module):
+    """((s + 1)^2 - s^2) * 1e-6 with s = 1e6 x W: exactly 2 W 1e-6 s + 1e-6, a gradient of order one that float32 can
+    hold, but the difference of two values near 1e12 leaves float32 a few percent of it (tester 8's chain_cancel)."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.random.stateless_normal([4, 4], seed=[9, 9]), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        s = 1e6 * (x @ self.w)
+        return {"y": (tf.square(s + 1.0) - tf.square(s)) * 1e-6}
+
+
+class OffsetDigamma(Digamma):
+    """The digamma model plus 1e9 on its output: the gradient is the same, the output's rounding is not (tester 8's
+    polygamma_offset hid the wrong gradient behind it)."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": tf.matmul(tf.math.digamma(self.scale * x), self.w) + 1e9}
+
+
+def test_float32_rounding_that_cancels_is_a_warning(tmp_path):
+    path = save_module(Cancelling(), str(tmp_path / "cancel"))
+    m = Cancelling()
+    x = np.array([[0.3, -0.7, 0.5, 0.9]])
+    w = m.w.numpy().astype(np.float64)
+    # the truth: exactly 2 s 1e-6 + 1e-6 with s = 1e6 x w, so d/dx of the sum is 2e6 * w summed, times 1e-6 * 1e6
+    assert _float32_off(path, lambda v: (tf.square(1e6 * (v @ w) + 1.0) - tf.square(1e6 * (v @ w))) * 1e-6, x) > 1e-2
+    r = audit_saved_model(path, AuditOptions())
+    found = [f for f in _gaps(r) if f.severity.value in ("warning", "info") and "cancellation" in f.message]
+    assert found, [f.message for f in r.findings]
+    assert not [f for f in _gaps(r) if f.severity.value == "error"]  # no op is at fault: not an error
+
+
+def test_an_offset_on_the_output_does_not_hide_a_wrong_float32_gradient(tmp_path):
+    path = save_module(OffsetDigamma(2.0), str(tmp_path / "offset"))
+    x = np.array([[-10.25, -4.1, 3.3, -8.7]])
+    assert _float32_off(path, lambda v: tf.math.digamma(2.0 * v) @ W + 1e9, x) > 0.5
+    r = audit_saved_model(path, AuditOptions())
+    found = [f for f in _gaps(r) if f.severity.value == "error"]
+    assert found and found[0].op is not None and found[0].op.op_type == "Digamma", [f.message for f in r.findings]

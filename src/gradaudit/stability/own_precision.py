@@ -69,7 +69,20 @@ class Gap:
 
     @property
     def flagged(self) -> bool:
-        return self.diff > GAP * self.norm64 and self.diff > NOISE * self.noise and self.reach > RESOLVE
+        """Beyond 1% and beyond float32's own noise: checked with float64 differences along the gap."""
+        return self.diff > GAP * self.norm64 and self.diff > NOISE * self.noise
+
+    @property
+    def saturated(self) -> bool:
+        """Too small to move the float32 outputs (a saturated tanh): only an op found at fault makes it a finding."""
+        return self.reach <= RESOLVE
+
+    @property
+    def rounding(self) -> bool:
+        """Beyond 1% and within float32's own noise, which is smaller than the exact gradient itself: float32's
+        rounding makes a gradient it could hold unreliable (a cancellation), as the nudged point shows."""
+        return (self.diff > GAP * self.norm64 and not self.flagged and 0 < self.noise < self.norm64
+                and not self.saturated)
 
     def text(self) -> str:
         if self.norm64:
@@ -110,9 +123,9 @@ class Comparison:
         """Keep what the gaps at one point that are not flagged say (the summary's lines)."""
         self.largest = max([self.largest] + [g.rel for g in gaps if g.rel <= GAP])
         for g in gaps:
-            if g.rel <= GAP or g.flagged:
+            if g.rel <= GAP or g.flagged or g.rounding:
                 continue
-            if g.reach <= RESOLVE:
+            if g.saturated:
                 self.unresolved.append((g.rel, f"{g.source} at {where}: {g.text()}, moving the outputs by at most "
                                                f"{g.reach:.2g} of their float32 rounding units"))
             else:
@@ -263,14 +276,41 @@ def compare_at(prober, point: dict[str, np.ndarray], where: str, scale: float | 
             if g is not None]
     flagged = [g for g in gaps if g.flagged]
     into.record(gaps, where)
+    _rounding(prober, [g for g in gaps if g.rounding], (where, scale), into)
     if not flagged:
         return
     along = along_gap(prober, prober.last64, flagged, (g32, g64))
     if along.unmeasurable:
         into.unmeasurable.append(f"{', '.join(g.source for g in flagged)} at {where} ({along.text()})")
         return
-    _judge(prober, flagged, along, (where, scale), into, (lambda: _locate(prober, point)) if along.float32_wrong
-           else None)
+    located = _locate(prober, point) if not along.float64_wrong else (None, "")
+    if located[0] is None and all(g.saturated for g in flagged):
+        # a saturated function, no op at fault: what float32 computes, too small to move its outputs
+        into.unresolved += [(g.rel, f"{g.source} at {where}: {_pct(g.rel)} off, moving the outputs by at most "
+                                    f"{g.reach:.2g} of their float32 rounding units, no op's own float32 gradient off")
+                            for g in flagged]
+        return
+    _judge(prober, flagged, along, (where, scale), into, located)
+
+
+def _rounding(prober, gaps: list[Gap], at: tuple[str, float | None], into: Comparison) -> None:
+    """One finding for the gaps at a point that float32's own noise accounts for while the exact gradient is larger
+    than that noise: a warning at the synthesised point, information at a probe point."""
+    from ..rules import numeric as rules
+
+    if not gaps:
+        return
+    where, scale = at
+    outputs = tuple(prober.plan.float_outputs)
+    into.where.append(where)
+    into.findings.append(rules.Float32Gradient.finding(
+        f"At {where}, float32's own rounding makes the gradient of {', '.join(g.source for g in gaps)} unreliable: "
+        + "; ".join(f"{g.source}: {g.text()}" for g in gaps)
+        + f". At a point moved by {NUDGE:g} of itself the float32 gradient moves by that much while the exact one "
+          "does not: a cancellation (a difference of nearly equal large values) in the forward or its backward, "
+          "which float32 cannot compute to better than that here. Rewrite the form that cancels, or compute it in "
+          "float64.", sources=tuple(g.source for g in gaps), outputs=outputs,
+        severity=Severity.WARNING if scale is None else Severity.INFO))
 
 
 def _per_unit(prober, point: dict[str, np.ndarray], out32: dict[str, Any]):
@@ -415,7 +455,7 @@ def _locate(prober, point: dict[str, np.ndarray]):
 
 
 def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None], into: Comparison,
-           locate=None) -> None:
+           located: tuple[Any, str]) -> None:
     from ..rules import numeric as rules
 
     where, scale = at
@@ -424,17 +464,20 @@ def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None
     names = ", ".join(g.source for g in flagged)
     worst = max(flagged, key=lambda g: g.rel)
     gaps = "; ".join(f"{g.source}: {g.text()}" for g in flagged)
-    if along.float32_wrong:
+    culprit, found = located
+    if along.float32_wrong or culprit is not None:
         status: CheckStatus = "fail"
-        culprit, located = locate() if locate is not None else (None, "")
         into.where.append(where)
         reason = ("the float32 gradient is not the derivative: the float64 copy's is" + (
             f"; {culprit.op.label}'s own float32 gradient is off at its values" if culprit is not None else
             "; no op is at fault on its own: float32's rounding along the chain (not an error)"))
         into.findings.append(rules.Float32Gradient.finding(
             f"At {where}, the gradient the model computes in float32 for {names} is far from the exact one: "
-            f"{gaps}. The float64 copy's gradient is the true one there: {along.text()}. {_forward(into.forward)} "
-            f"{located}{_unlocated(culprit, scale, into.forward)}".rstrip(),
+            f"{gaps}. " + (f"The float64 copy's gradient is the true one there: {along.text()}. " if along.float32_wrong
+                           else f"Float64 differences along the gap do not decide ({along.status}: {along.text()}), "
+                                "but one op's own float32 gradient is off at its values. ")
+            + f"{_forward(into.forward)} "
+            f"{found}{_unlocated(culprit, scale, into.forward)}".rstrip(),
             op=culprit.op if culprit is not None else None, severity=_severity(culprit, scale, into.forward),
             sources=tuple(g.source for g in flagged), outputs=tuple(outputs)))
     elif along.float64_wrong:
