@@ -186,3 +186,20 @@ def test_log1p_exp_of_a_never_positive_value_is_not_a_lint(tmp_path):
     r = audit_saved_model(path, AuditOptions(static_only=True))
     found = [f for f in r.findings if f.rule == "log1p-exp"]
     assert [f.outputs for f in found] == [("naive",)], [f.message for f in found]
+
+
+def test_a_division_by_the_square_of_a_value_away_from_zero_is_not_a_lint(tmp_path):
+    """h / (1 + |h|)**2 (tester 7's sqden_noise): the square is at least 1, it cannot underflow; h / h**2 still is."""
+    import tensorflow as tf
+    from helpers import save_module
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="h")])
+        def __call__(self, h):
+            return {"bounded": h / (1.0 + tf.abs(h)) ** 2, "raw": 1.0 / tf.square(h)}
+
+    r = audit_saved_model(save_module(M(), str(tmp_path / "m")), AuditOptions(static_only=True))
+    found = [f for f in r.findings if f.rule == "squared-denominator"]
+    assert [f.outputs for f in found] == [("raw",)], [f.message for f in found]

@@ -393,7 +393,7 @@ def _squared_denominator(v: _View, node) -> list:
     op = node.ref.op_type
     if op in _DIV:
         base = _square_base(v, node.inputs[1][0])
-        if base is not None and v.varies(base[0]):
+        if base is not None and v.varies(base[0]) and not _away_from_zero(v, base[0]):
             what = "a sum of squares" if base[1].ref.op_type == "Sum" else "a square"
             return [(SquaredDenominator, node.ref, {node.ref, base[1].ref},
                      f"{node.ref.label} divides by {base[1].ref.label}, {what}: it underflows to 0 (or "
@@ -407,6 +407,22 @@ def _squared_denominator(v: _View, node) -> list:
                      "-dy / b**2 computed as -dy * (1/b)**2, which overflows for tiny b although the true "
                      "gradient is representable")]
     return []
+
+
+def _away_from_zero(v: _View, t: int) -> bool:
+    """`t` is at least a positive constant by its form: c + a non-negative value ((1 + |h|)**2 cannot underflow),
+    or a maximum with a positive constant."""
+    node = v.producer(t)
+    if node is None or len(node.inputs) != 2:
+        return False
+    if node.ref.op_type in _ADD:
+        for k in (0, 1):
+            c, other = v.const(node.inputs[k][0]), v.producer(node.inputs[1 - k][0])
+            if c is not None and c > 0.0 and other is not None and other.ref.op_type in _NEVER_NEGATIVE:
+                return True
+    if node.ref.op_type == "Maximum":
+        return any((c := v.const(i)) is not None and c > 0.0 for i, _ in node.inputs)
+    return False
 
 
 def _square_base(v: _View, t: int, depth: int = 0):
