@@ -393,7 +393,13 @@ def underflow_findings(into: Comparison) -> list[Finding]:
 
 def whole_model(prober) -> bool:
     """Compare the whole model's gradients (a float64 copy is loaded, or cheap to load), else each op's own: a large
-    model decided by its local checks loads no float64 copy for this."""
+    model (stability.local.LARGE_MODEL trainable parameters or more) is compared op by op even where its float64 copy
+    was loaded for an undecided check (four gradient passes over a ResNet50's 25M weights per point cost more than
+    its audit), and a model decided by its local checks loads no float64 copy for this."""
+    from .local import LARGE_MODEL, model_parameters
+
+    if model_parameters(prober.loaded.fn) >= LARGE_MODEL:
+        return False
     return not prober.local or prober.has_float64()
 
 
