@@ -339,6 +339,11 @@ class PrecisionResult:
     one_scale: bool | None = None
     underflow_own: float | None = None
     op: OpRef | None = None  # activations: the op
+    # gradients of a model that computes in `dtype` already (mixed precision): the entries counted are those of
+    # its float64 copy's gradient (`reference` "float64 copy"), whose zeros are exact; `zero_inside`, the fraction
+    # of them that are exactly zero in the model's own gradient (they underflowed inside it)
+    reference: str | None = None
+    zero_inside: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "dtype": self.dtype, "scale": self.scale,
@@ -347,7 +352,8 @@ class PrecisionResult:
                 "loss_scale": self.loss_scale, "underflow_scaled": self.underflow_scaled,
                 "one_scale": self.one_scale, "underflow_own": self.underflow_own,
                 "op_type": self.op.op_type if self.op else None, "op_name": self.op.op_name if self.op else None,
-                "function": self.op.function if self.op else None}
+                "function": self.op.function if self.op else None, "reference": self.reference,
+                "zero_inside": self.zero_inside}
 
 
 @dataclass(frozen=True)

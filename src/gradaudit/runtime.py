@@ -235,7 +235,7 @@ def _stability_options(options: AuditOptions, local: bool = False):
     if not options.inputs_file:  # the ladder needs no batch: one example halves its cost on large models
         numeric = replace(numeric, batch_size=1)
     return StabilityOptions(numeric=numeric, scales=options.probe_scales or DEFAULT_SCALES, order=options.order,
-                            batch_size=options.batch_size, local=local)
+                            batch_size=options.batch_size, local=local, precision=options.precision)
 
 
 def _probe_part(outcome) -> ProbePart:

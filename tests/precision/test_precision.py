@@ -276,8 +276,9 @@ def test_a_mixed_float16_model_says_so_in_the_default_report(tmp_path):
     # asked for float16, it checks what is left, and its float32 islands (the output layer) are its own choice
     checked = audit_saved_model(str(export(mixed, tmp_path / "again")), AuditOptions(timeout=None, probe_scales=(1.0,),
                                                                                   precision="float16"))
-    assert "cannot be told from exact zeros" in checked.notes_of("precision")[0]
+    assert "counts the entries of its float64 copy's gradients" in checked.notes_of("precision")[0]
     assert precision_rules(checked) == [] and rows(checked)
+    assert all(r.reference == "float64 copy" for r in checked.precision if r.kind == "gradient")
 
 
 def test_precision_results_round_trip_through_the_json_report(tmp_path):

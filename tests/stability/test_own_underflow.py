@@ -51,6 +51,7 @@ def test_gradients_that_underflow_inside_a_float16_island_are_reported(tmp_path)
     found = [f for f in r.findings if f.code == "GA330" and "x" in f.sources]
     assert found and "2**" in found[0].message, [f.message for f in r.findings]
     assert r.verdict() == "pass"  # information: a dynamic loss scale brings them back
+    assert not [f for f in r.findings if f.code == "GA206"]  # float16 rounding is not a float32 gradient error
 
 
 def test_a_float16_island_whose_gradients_fit_gets_no_finding(tmp_path):
@@ -60,3 +61,40 @@ def test_a_float16_island_whose_gradients_fit_gets_no_finding(tmp_path):
     r = audit_saved_model(path, AuditOptions())
     assert not [f for f in r.findings if f.code == "GA330"], [f.message for f in r.findings]
     assert any("nothing underflowed inside" in n.text for n in r.notes)
+
+
+def _scaled_tape(path: str, scale: float) -> np.ndarray:
+    """The loaded model's gradient of x with the loss scaled by `scale` before the backward pass, as a dynamic loss
+    scaler does it (the scaled cotangent goes through the model's own float16 backward), divided back."""
+    loaded = tf.saved_model.load(path)
+    xt = tf.constant(np.random.default_rng(0).standard_normal((1, 4)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = loaded.signatures["serving_default"](x=xt)["loss"]
+    return tape.gradient(y, xt, output_gradients=tf.fill(tf.shape(y), tf.constant(scale, tf.float32))).numpy() / scale
+
+
+def test_precision_float16_on_a_model_in_float16_counts_what_underflowed_inside_and_the_named_scale_saves_it(tmp_path):
+    """`--precision float16` on a model that computes in float16 already: its own gradient holds the underflowed
+    entries as zeros, so the counts are its float64 copy's, and those zero in its own (once, not again from the
+    probes); the loss scale named brings them back in TensorFlow's own float16 backward."""
+    path = save_module(Island(1e-4), str(tmp_path / "island"))
+    r = audit_saved_model(path, AuditOptions(precision="float16"))
+    found = [f for f in r.findings if f.code == "GA330"]
+    assert len(found) == 1 and "x" in found[0].sources, [f.message for f in r.findings]
+    assert not [n for n in r.notes_of("precision") if "every gradient fits" in n]
+    (x,) = [p for p in r.precision if p.kind == "gradient" and p.name == "x" and p.scale is None]
+    assert x.reference == "float64 copy" and x.zero_inside == 1.0 and x.underflow == 1.0
+    assert x.loss_scale is not None and np.all(_scaled_tape(path, 1.0) == 0)
+    rescued = _scaled_tape(path, x.loss_scale)
+    assert np.all(rescued != 0), rescued  # the truth: the named scale makes them non-zero in float16
+    assert not [f for f in r.findings if f.code == "GA206"]  # float16 rounding is not a float32 gradient error
+
+
+def test_precision_float16_on_a_float16_model_whose_gradients_fit_says_so(tmp_path):
+    path = save_module(Island(1e3), str(tmp_path / "fits"))
+    r = audit_saved_model(path, AuditOptions(precision="float16"))
+    assert not [f for f in r.findings if f.code.startswith("GA33")], [f.message for f in r.findings]
+    assert [n for n in r.notes_of("precision") if "every gradient fits" in n]
+    base = [p for p in r.precision if p.kind == "gradient" and p.scale is None]
+    assert base and all(p.reference == "float64 copy" and p.zero_inside == 0.0 for p in base)

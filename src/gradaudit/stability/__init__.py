@@ -25,6 +25,7 @@ class StabilityOptions:
     # treats the examples of a batch apart, which a forward pass at this batch tells
     batch_size: int = 1
     local: bool = False  # the local checks decide the probe-point checks (they decided the numeric checks)
+    precision: str | None = None  # --precision's target dtype
 
 
 @dataclass
@@ -99,7 +100,7 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
     try:
         prober = Prober(loads, plan, base, variables, analysis,
                         ProbeConfig(n.seed, n.upcast, given_inputs(n.inputs_file), _suspects_on_path(analysis),
-                                    options.local))
+                                    options.local, options.precision))
         if plan.input_sources:
             _ladder(prober, analysis, options, outcome)
         else:

@@ -77,8 +77,9 @@ def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutc
         outcome.notes.append(f"The model computes in {own[0]} ({own[1]} Cast op(s) to {own[0]} in its graph: mixed "
                              f"precision, such as Keras' mixed_{own[0]} policy)"
                              + ("." if target is None else
-                                f"; gradient entries that underflowed inside are zero in its gradients already and "
-                                f"cannot be told from exact zeros: --precision {target} counts what is left."))
+                                f"; gradient entries that underflowed inside are zero in its own gradients already: "
+                                f"--precision {target} counts the entries of its float64 copy's gradients, whose zeros "
+                                "are exact, and which of them are zero in the model's own."))
     if target is None:
         return outcome
     try:
@@ -113,12 +114,24 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
     u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
     kept, points = _points(plan, base, options.scales, target)
     names = plan.input_sources + [v for v, _ in variables]
+    exact = None
+    if islands:
+        exact = _exact_gradients(loads, plan, base, [v for v, _ in variables])
+        if isinstance(exact, str):
+            outcome.incomplete.append(
+                f"--precision {target}: the model computes in {target} already, so a gradient entry that underflowed "
+                f"inside is zero in its own gradient like an exact zero; only its float64 copy tells them apart, and "
+                f"{exact}")
+            exact = None
     runs = PointRuns(loaded.fn, analysis, (plan.input_sources, variables, plan.float_outputs), base, u)
     causes: dict[tuple[str, OpRef], list[tuple[float | None, PrecisionResult, str]]] = {}
     try:
         for scale, point in points:
             grads, values, failed = runs.at(point, forward=not outcome.incomplete)
-            outcome.results.extend(_gradient_rows(grads, names, target, scale))
+            if exact is None:
+                outcome.results.extend(_gradient_rows(grads, names, target, scale))
+            else:
+                outcome.results.extend(_gradient_rows(exact.at(point, u), names, target, scale, own=grads))
             if failed is not None:
                 outcome.incomplete.append(f"--precision {target}: the ops' outputs were not checked: TensorFlow "
                                           f"could not run a frozen copy of the graph ({failed})")
@@ -266,6 +279,43 @@ class PointRuns:
         self.frozen.close()
 
 
+class ExactGradients:
+    """The float64 copy's gradients of the same u·f at the same points (numeric.upcast), for a model that computes
+    in the target dtype already: its own gradients hold the entries that underflowed inside as zeros."""
+
+    def __init__(self, fn64, plan, base: dict[str, np.ndarray], variables: list[tuple[str, Any]]):
+        from ..numeric.runner import Runner
+
+        self.runner = Runner(fn64, base, plan.input_sources, variables, plan.float_outputs)
+
+    def at(self, point: dict[str, np.ndarray], u: dict[str, np.ndarray]) -> dict[str, np.ndarray | None]:
+        from .probes import dense
+
+        runner = self.runner
+        runner.move_to({k: np.asarray(v, runner.input_dtypes[k].as_numpy_dtype) for k, v in point.items()},
+                       runner.var_base)
+        _, g_in, g_var = runner.gradient(u)
+        return {**{k: dense(g) for k, g in g_in.items()},
+                **{n: dense(g) for n, g in zip(runner.var_names, g_var)}}
+
+
+def _exact_gradients(loads, plan, base: dict[str, np.ndarray], variables: list[str]) -> ExactGradients | str:
+    """The float64 copy's gradient runner, or why there is none (its words end the incomplete line)."""
+    from ..numeric.runner import describe, signature_variables
+    from ..numeric.upcast import float64_blockers
+
+    info = loads.info
+    blockers = ["no TF2 object graph"] if info.function is None else float64_blockers(info)
+    if blockers:
+        return f"no float64 copy of it can be made ({'; '.join(blockers)})"
+    try:
+        copy = loads.get(True)
+        by_name = signature_variables(info, copy.fn)
+        return ExactGradients(copy.fn, plan, base, [(v, by_name[v]) for v in variables if v in by_name])
+    except Exception as exc:  # noqa: BLE001 - the float64 copy is TensorFlow's to refuse; the check says so
+        return f"its float64 copy does not load ({describe(exc)})"
+
+
 def _same_point(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
     return a.keys() == b.keys() and all(np.asarray(a[k]).dtype == np.asarray(b[k]).dtype
                                         and np.array_equal(a[k], b[k]) for k in a)
@@ -294,8 +344,9 @@ def _activation_rows(values: list, at: tuple[str, float | None, bool], causes: d
 
 
 def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target: str,
-                   scale: float | None) -> list[PrecisionResult]:
-    """One row per source with a gradient at this point; the loss scale is the one scale for all of them."""
+                   scale: float | None, own: dict[str, np.ndarray | None] | None = None) -> list[PrecisionResult]:
+    """One row per source with a gradient at this point; the loss scale is the one scale for all of them. With
+    `own` (the model computes in `target` already), `grads` are its float64 copy's and `own` its own gradients."""
     mags = {s: magnitudes(grads[s]) for s in names if grads.get(s) is not None}
     classes = {s: classify(a, target, prepared=True) for s, a in mags.items()}
     largest = max((c.largest for c in classes.values() if c.largest is not None), default=None)
@@ -307,8 +358,29 @@ def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target
     shared = {s: zero_at(s, loss_scale) for s in classes}
     alone = {s: zero_at(s, settled_loss_scale(c.largest, target)) for s, c in classes.items()}
     one = None if loss_scale is None else not any(_only_shared(shared[s], alone[s]) >= LOST for s in classes)
+    inside = {} if own is None else {s: _zero_inside(grads[s], own.get(s)) for s in classes}
     return [PrecisionResult("gradient", s, target, scale, c.entries, c.underflow, c.subnormal, c.overflow,
-                            c.largest, c.smallest, loss_scale, shared[s], one, alone[s]) for s, c in classes.items()]
+                            c.largest, c.smallest, loss_scale, shared[s], one, alone[s],
+                            reference=None if own is None else "float64 copy", zero_inside=inside.get(s))
+            for s, c in classes.items()]
+
+
+def _zero_inside(exact, own) -> float | None:
+    """The fraction of the exact gradient's nonzero entries (no rounding of a zero: above 1e-12 of its largest)
+    that are exactly zero in the model's own gradient; None where the two cannot be compared entry by entry."""
+    if own is None or np.shape(own) != np.shape(exact):
+        return None
+    mags = np.abs(np.asarray(exact, np.float64))
+    finite = np.isfinite(mags) & np.isfinite(np.asarray(own, np.float64))
+    top = float(mags[finite].max(initial=0.0))
+    counted = finite & (mags > 1e-12 * top) & (mags > 0)
+    n = int(np.count_nonzero(counted))
+    return int(np.count_nonzero(counted & (np.asarray(own) == 0))) / n if n else None
+
+
+def _lost(r: PrecisionResult) -> float:
+    """The fraction of a source's gradient entries zero at loss scale 1: after the cast, or already inside."""
+    return max(r.underflow, r.zero_inside or 0.0)
 
 
 def _only_shared(shared: float | None, alone: float | None) -> float:
@@ -365,13 +437,17 @@ def _gradient_findings(rows: list[PrecisionResult], target: str) -> list[Finding
 
 def _rescued_finding(rows: list[PrecisionResult], target: str, scale: float | None) -> Finding | None:
     """Gradient entries zero at loss scale 1 that the shared loss scale `scale` keeps."""
-    rescued = [r for r in rows if scale is not None and r.underflow - (r.underflow_scaled or 0) >= LOST]
+    rescued = [r for r in rows if scale is not None and _lost(r) - (r.underflow_scaled or 0) >= LOST]
     if not rescued:
         return None
+    inside = [r for r in rescued if r.zero_inside]
     return rules.GradientUnderflow.finding(
         f"In {target}, gradient entries flush to zero (below {limits(target).smallest_subnormal:.3g} after the cast) "
-        f"at loss scale 1: " + ", ".join(f"{r.name} {_pct(r.underflow)} (smallest nonzero |g| {r.smallest:.3g})"
+        f"at loss scale 1: " + ", ".join(f"{r.name} {_pct(_lost(r))} (smallest nonzero |g| {r.smallest:.3g})"
                                          for r in rescued)
+        + ("" if not inside else
+           f" (the model computes in {target} already: exactly zero in its own gradient where its float64 copy's are "
+           "not, " + ", ".join(f"{r.name} {_pct(r.zero_inside)}" for r in inside if r.zero_inside) + ")")
         + f"; a dynamic loss scale settles on {power_of_two(scale)} (largest |g| "  # type: ignore[arg-type]
           f"{max(r.largest or 0 for r in rows):.3g}), where they are in range",
         sources=[r.name for r in rescued])

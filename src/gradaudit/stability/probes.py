@@ -162,6 +162,9 @@ class ProbeConfig:
     given: frozenset[str] = frozenset()
     suspects: Callable[..., tuple] | None = None
     local: bool = False  # the local checks decide the probe-point checks (as they decided the numeric checks)
+    # --precision's target: a model that computes in it inside is compared with its float64 copy by that stage
+    # (stability.precision, point by point over the ladder), not again here
+    precision: str | None = None
 
 
 class ProbeAt(NamedTuple):
@@ -320,10 +323,7 @@ class Prober:
             self.mismatches += sub.mismatches
             self.local_checks += sub.local_checks
             self.notes += [n for n in sub.notes if n not in self.notes]
-            if self._own is None:
-                self.compare_precision(dict(self.base), "", None, check=False)
-            if self._own:
-                own_precision.compare_at(sub, dict(stacked), f"the probe points {MODERATE_LABEL}", 1e1, self._own)
+            self.compare_precision(dict(stacked), f"the probe points {MODERATE_LABEL}", 1e1, on=sub)
         finally:
             sub.close()
         return True
@@ -538,10 +538,11 @@ class Prober:
             self.mismatches.extend(failures)  # the model's gradient is not right there either: the op is named
 
     def compare_precision(self, point: dict[str, np.ndarray], where: str, scale: float | None,
-                          check: bool = True) -> None:
+                          check: bool = True, on: Prober | None = None) -> None:
         """The model's float32 gradient against its float64 copy's at `point` (own_precision), for a float32 model
-        with a float64 copy; `where` names the point in messages, `scale` is its signed probe scale. `check` False:
-        only decide whether the model is compared."""
+        with a float64 copy; `where` names the point in messages, `scale` is its signed probe scale; `on` is the
+        prober whose base `point` is (the moderate points' stack), this one by default. `check` False: only decide
+        whether the model is compared."""
         from ..numeric.runner import ModelError
         from . import own_precision
 
@@ -555,12 +556,13 @@ class Prober:
         try:
             if self._own.half is None and self._own.points == 0:
                 self._own.half = own_precision.half_inside(self)
+            at = on or self
             if self._own.half is not None:
-                if own_precision.whole_model(self):
-                    own_precision.compare_underflow(self, point, where, self._own)
+                if self._own.half != self.config.precision and own_precision.whole_model(self):
+                    own_precision.compare_underflow(at, point, where, self._own)
             elif own_precision.whole_model(self):
-                own_precision.compare_at(self, point, where, scale, self._own)
-            else:
+                own_precision.compare_at(at, point, where, scale, self._own)
+            elif on is None:  # the op-by-op check graphs are this prober's: a stacked point is not compared
                 own_precision.compare_ops(self, point, where, self._own)
         except ModelError as exc:  # the probes report the points TensorFlow cannot differentiate
             if exc.stage != "gradient":
