@@ -45,6 +45,7 @@ from whole_audit import ENV, FLOOR, ROOT, load_average, measure_model, print_sum
 
 EXPORT = """
 import sys, keras
+keras.utils.set_random_seed(0)  # weights=None draws the initial weights: the same model in every run
 keras.applications.ResNet50(weights=None).export(sys.argv[1], verbose=False)
 """
 

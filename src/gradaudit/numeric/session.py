@@ -36,23 +36,20 @@ def floor_for(dtype: str) -> float:
     return max(FLOOR_ULPS * EPS[dtype], AGREEMENT.get(dtype, 0.0))
 
 
-def random_ops(op_types: frozenset[str]) -> list[str]:
+DRAWS = ("Random", "Rng", "Multinomial", "TruncatedNormal")
+
+
+def random_ops(op_types: frozenset[str], stateless: bool = False) -> list[str]:
+    """The op types that draw random numbers statefully (two runs of the model differ); with `stateless`, the
+    stateless draws too: a stateless draw of a float dtype gives other numbers in float64 than in float32 (the
+    float64 copy of a model with `tf.random.stateless_normal` or a stateless dropout computes another function)."""
     from tensorflow.python.framework import op_def_registry
 
-    found = []
-    for op in op_types:
+    def stateful(op: str) -> bool:
         op_def = op_def_registry.get(op)
-        if op_def is not None and op_def.is_stateful and not op.startswith("Stateless") and any(
-                k in op for k in ("Random", "Rng", "Multinomial", "TruncatedNormal")):
-            found.append(op)
-    return sorted(found)
+        return op_def is not None and op_def.is_stateful and not op.startswith("Stateless")
 
-
-def drawing_ops(op_types: frozenset[str]) -> list[str]:
-    """The op types that draw random numbers, stateful or stateless: a stateless draw of a float dtype gives other
-    numbers in float64 than in float32 (the float64 copy of a model with `tf.random.stateless_normal` or a stateless
-    dropout computes another function)."""
-    return sorted(op for op in op_types if any(k in op for k in ("Random", "Rng", "Multinomial", "TruncatedNormal")))
+    return sorted(op for op in op_types if any(k in op for k in DRAWS) and (stateless or stateful(op)))
 
 
 class Plan:

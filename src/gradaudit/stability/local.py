@@ -341,13 +341,7 @@ class LocalChecker:
         tensors = {t.name: t for op in ops for t in op.inputs if t.dtype.name not in ("resource", "variant")}
         kept = {n: v for n in tensors if (v := self.forensics.lifted(n)) is not None}  # a weight: already at hand
         key = tuple(sorted((k, _digest(np.asarray(v))) for k, v in feed.items()))
-        last_key, last = self.forensics.recorded
-        known: dict[str, np.ndarray] = last if last_key == key else {}
-        names = sorted(set(tensors) - set(kept) - set(known))
-        got = self.forensics._run([tensors[n] for n in names], feed) if names else []  # noqa: SLF001
-        values = {**{n: known[n] for n in tensors if n in known}, **{n: np.asarray(v) for n, v in zip(names, got)}}
-        self.forensics.recorded = (key, {**known, **values}) if last_key == key else (key, values)
-        return {**kept, **values}
+        return {**kept, **self.forensics.recorded_values([t for n, t in tensors.items() if n not in kept], feed, key)}
 
     def _chunks(self, ops: list[Any], values: dict[str, np.ndarray]) -> list[list[Any]]:
         chunks: list[list[Any]] = [[]]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, Severity
+from .precision_math import pct
 
 # A float32 gradient further than this from the exact one (relative, norm over the source) is not what the model
 # should train with; below it float32 rounding of a long chain can account for it.
@@ -86,7 +87,7 @@ class Gap:
 
     def text(self) -> str:
         if self.norm64:
-            return f"{_pct(self.rel)} off (float32's own noise there {_pct(self.rel_noise)})"
+            return f"{pct(self.rel)} off (float32's own noise there {pct(self.rel_noise)})"
         return f"0 in float64, {self.diff:.2g} in float32 (float32's own noise there {self.noise:.2g})"
 
 
@@ -286,7 +287,7 @@ def compare_at(prober, point: dict[str, np.ndarray], where: str, scale: float | 
     located = _locate(prober, point) if not along.float64_wrong else (None, "")
     if located[0] is None and all(g.saturated for g in flagged):
         # a saturated function, no op at fault: what float32 computes, too small to move its outputs
-        into.unresolved += [(g.rel, f"{g.source} at {where}: {_pct(g.rel)} off, moving the outputs by at most "
+        into.unresolved += [(g.rel, f"{g.source} at {where}: {pct(g.rel)} off, moving the outputs by at most "
                                     f"{g.reach:.2g} of their float32 rounding units, no op's own float32 gradient off")
                             for g in flagged]
         return
@@ -384,7 +385,7 @@ def underflow_findings(into: Comparison) -> list[Finding]:
                                                   "mixed_float16 training uses, finds it)" if rescued else
                                                   ", and even there the smallest stay below it"))
         found.append(rules.GradientUnderflow.finding(
-            f"The model computes in {dtype} inside, and at {where} {_pct(share)} of the gradient entries of {s} are "
+            f"The model computes in {dtype} inside, and at {where} {pct(share)} of the gradient entries of {s} are "
             f"exactly zero where its float64 copy's are not (the smallest {smallest:.3g}; {dtype}'s smallest "
             f"subnormal is {tiny:.3g}): they underflowed inside, and training without a loss scale leaves them "
             f"unchanged{rescue}.", sources=(s,), severity=Severity.INFO if rescued else None))
@@ -493,7 +494,7 @@ def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None
     else:
         status, reason = "inconclusive", "float64 differences along the gap could not tell which gradient is right"
         into.undecided.append(f"the float32 gradient of {names} differs from the float64 copy's at {where} "
-                              f"({_pct(worst.rel)}) and float64 differences could not tell which is right "
+                              f"({pct(worst.rel)}) and float64 differences could not tell which is right "
                               f"({along.status} along the gap)")
     for g in flagged:
         into.rows.append(NumericResult(
@@ -521,24 +522,20 @@ def _unlocated(culprit, scale: float | None, forward: float) -> str:
 
 def _forward(gap: float) -> str:
     if gap <= GAP * GAP:
-        return (f"The float32 forward agrees with the float64 copy's ({_pct(gap)} apart): float32's arithmetic in the "
+        return (f"The float32 forward agrees with the float64 copy's ({pct(gap)} apart): float32's arithmetic in the "
                 "backward, or TensorFlow's float32 kernel of an op's gradient on the path, loses the gradient at "
                 "these values.")
-    return (f"The float32 forward is {_pct(gap)} off the float64 copy's there too: the model's values leave what "
+    return (f"The float32 forward is {pct(gap)} off the float64 copy's there too: the model's values leave what "
             "float32 computes accurately, and its gradient with them.")
-
-
-def _pct(x: float) -> str:
-    return "infinitely" if not np.isfinite(x) else f"{100 * x:.3g}%"
 
 
 def wanted(prober) -> str | None:
     """Why the two gradients are not compared on this model (None: they are)."""
-    from ..numeric.session import drawing_ops
+    from ..numeric.session import random_ops
 
     if prober.plan.native != "float32":
         return f"the model computes in {prober.plan.native}"
-    drawn = drawing_ops(prober.info.op_types)
+    drawn = random_ops(prober.info.op_types, stateless=True)
     if drawn:
         return (f"the model draws random numbers ({', '.join(drawn[:3])}), which its float64 copy draws differently: "
                 "another function")
@@ -563,15 +560,15 @@ def summary(into: Comparison) -> list[str]:
                      f"the values the model gives it, at {into.points} point(s).")
     elif not into.rows and not into.ops_checked:
         lines.append(f"The float32 gradients agree with the float64 copy's at {into.points} point(s): within "
-                     f"{_pct(into.largest)}" + (" elsewhere" if into.noisy else "") + ".")
+                     f"{pct(into.largest)}" + (" elsewhere" if into.noisy else "") + ".")
     if into.noisy:
         largest = max(into.noisy)[1]
-        lines.append(f"The float32 gradient differs from the float64 copy's by more than {_pct(GAP)} at "
+        lines.append(f"The float32 gradient differs from the float64 copy's by more than {pct(GAP)} at "
                      f"{len(into.noisy)} (source, point) pair(s), each within float32's own noise there, measured "
                      f"at a point moved by {NUDGE:g} (the largest: {largest}): the true gradient is below what "
                      "float32 resolves there, not a float32 error to report.")
     if into.unresolved:
-        lines.append(f"The float32 gradient differs from the float64 copy's by more than {_pct(GAP)} at "
+        lines.append(f"The float32 gradient differs from the float64 copy's by more than {pct(GAP)} at "
                      f"{len(into.unresolved)} (source, point) pair(s), each by less than the float32 outputs resolve "
                      f"(the largest: {max(into.unresolved)[1]}): a saturated function, whose float32 gradient is 0 "
                      "or its rounding where the true one is too small to change the float32 outputs, not a float32 "

@@ -19,7 +19,7 @@ import numpy as np
 from ..model import Finding, OpRef, PrecisionResult, Severity
 from ..rules import hazards as rules
 from .forensics import Forensics
-from .precision_math import LOST, Classes, classify, limits, magnitudes, power_of_two, settled_loss_scale
+from .precision_math import LOST, Classes, classify, limits, magnitudes, pct, power_of_two, settled_loss_scale
 
 # Ops whose output is not computed: the frozen graph's inputs and its variables as constants.
 NOT_COMPUTED = frozenset({"Const", "Placeholder"})
@@ -114,15 +114,16 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
     u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
     kept, points = _points(plan, base, options.scales, target)
     names = plan.input_sources + [v for v, _ in variables]
-    exact = None
+    exact: ExactGradients | None = None
     if islands:
-        exact = _exact_gradients(loads, plan, base, [v for v, _ in variables])
-        if isinstance(exact, str):
+        made = _exact_gradients(loads, plan, base, [v for v, _ in variables])
+        if isinstance(made, str):
             outcome.incomplete.append(
                 f"--precision {target}: the model computes in {target} already, so a gradient entry that underflowed "
                 f"inside is zero in its own gradient like an exact zero; only its float64 copy tells them apart, and "
-                f"{exact}")
-            exact = None
+                f"{made}")
+        else:
+            exact = made
     runs = PointRuns(loaded.fn, analysis, (plan.input_sources, variables, plan.float_outputs), base, u)
     causes: dict[tuple[str, OpRef], list[tuple[float | None, PrecisionResult, str]]] = {}
     try:
@@ -424,10 +425,6 @@ def _where(scale: float | None) -> str:
     return "the model's own point" if scale is None else f"inputs × {scale:g}"
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.3g}%"
-
-
 def _gradient_findings(rows: list[PrecisionResult], target: str) -> list[Finding]:
     scale = rows[0].loss_scale if rows else None
     found = [_rescued_finding(rows, target, scale), _range_finding(rows, target, scale),
@@ -443,11 +440,11 @@ def _rescued_finding(rows: list[PrecisionResult], target: str, scale: float | No
     inside = [r for r in rescued if r.zero_inside]
     return rules.GradientUnderflow.finding(
         f"In {target}, gradient entries flush to zero (below {limits(target).smallest_subnormal:.3g} after the cast) "
-        f"at loss scale 1: " + ", ".join(f"{r.name} {_pct(_lost(r))} (smallest nonzero |g| {r.smallest:.3g})"
+        f"at loss scale 1: " + ", ".join(f"{r.name} {pct(_lost(r))} (smallest nonzero |g| {r.smallest:.3g})"
                                          for r in rescued)
         + ("" if not inside else
            f" (the model computes in {target} already: exactly zero in its own gradient where its float64 copy's are "
-           "not, " + ", ".join(f"{r.name} {_pct(r.zero_inside)}" for r in inside if r.zero_inside) + ")")
+           "not, " + ", ".join(f"{r.name} {pct(r.zero_inside)}" for r in inside if r.zero_inside) + ")")
         + f"; a dynamic loss scale settles on {power_of_two(scale)} (largest |g| "  # type: ignore[arg-type]
           f"{max(r.largest or 0 for r in rows):.3g}), where they are in range",
         sources=[r.name for r in rescued])
@@ -464,7 +461,7 @@ def _range_finding(rows: list[PrecisionResult], target: str, scale: float | None
         f"No single loss scale serves every source in {target}: at {power_of_two(scale)}, the largest the "  # type: ignore[arg-type]
         f"gradients allow (largest |g| {max(r.largest or 0 for r in rows):.3g}), gradient entries still flush "
         f"to zero that a scale for their source alone would keep: "
-        + ", ".join(f"{r.name} {_pct(_only_shared(r.underflow_scaled, r.underflow_own))} (largest |g| "
+        + ", ".join(f"{r.name} {pct(_only_shared(r.underflow_scaled, r.underflow_own))} (largest |g| "
                     f"{r.largest:.3g})" for r in still)
         + f"; the sources' largest gradients are {widest:.3g} apart",
         sources=[r.name for r in still])
@@ -477,7 +474,7 @@ def _overflow_finding(rows: list[PrecisionResult], target: str, scale: float | N
         return None
     return rules.GradientOverflow.finding(
         f"In {target}, gradient entries exceed the largest finite value ({limits(target).largest:.6g}) at loss "
-        "scale 1: " + ", ".join(f"{r.name} {_pct(r.overflow)} (largest |g| {r.largest:.3g})" for r in over)
+        "scale 1: " + ", ".join(f"{r.name} {pct(r.overflow)} (largest |g| {r.largest:.3g})" for r in over)
         + (f"; a dynamic loss scaler must fall to {power_of_two(scale)}" if scale else ""),
         sources=[r.name for r in over])
 
@@ -499,7 +496,7 @@ def _activation_findings(causes: dict, target: str) -> list[Finding]:
             consumer = seen[0][2]
             found.append(rules.ActivationUnderflow.finding(
                 f"{op.short} returns values down to {worst.smallest:.3g}, zero in {target} (up to "
-                f"{_pct(max(r.underflow for _, r, _ in seen))} of them), and feeds {consumer}: a non-finite value in "
+                f"{pct(max(r.underflow for _, r, _ in seen))} of them), and feeds {consumer}: a non-finite value in "
                 f"{target} at {where}", op=op,
                 severity=None if own else Severity.INFO))
     return found

@@ -127,3 +127,8 @@ def settled_loss_scale(largest: float | None, target: str) -> float | None:
 def power_of_two(scale: float) -> str:
     """`2**15`, `2**-3`: how a loss scale is written."""
     return f"2**{round(math.log2(scale))}"
+
+
+def pct(x: float) -> str:
+    """A fraction or relative gap as a percentage in messages; "infinitely" for a non-finite one."""
+    return "infinitely" if not np.isfinite(x) else f"{100 * x:.3g}%"

@@ -307,7 +307,6 @@ class Prober:
         """Check the gradient at the MODERATE points stacked along the batch, as one point (its results labelled
         scale 10); False when the model's examples cannot be stacked (the batched ladder did not show them apart, or
         the model is decided by its local checks, whose recorded values would grow with the stack)."""
-        from . import own_precision
 
         if self.local or not self.independent or self._batch_rows() is None:
             return False
