@@ -29,8 +29,8 @@ def argmax() -> Path:
 
 @pytest.fixture(scope="module")
 def stop() -> Path:
-    """One info (GA106 stop-gradient)."""
-    return SAMPLES / "stop_gradient"
+    """One info (GA106 stop-gradient: a straight-through estimator, every pair connected)."""
+    return SAMPLES / "ste"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import jsonschema
 
 from gradaudit.report import json_report
 
-from .cli_helpers import run
+from .cli_helpers import SAMPLES, run
 
 
 def test_every_machine_report_in_one_run(argmax, _isolated):
@@ -58,7 +58,7 @@ def test_no_colour_off_a_terminal_colour_when_forced_and_no_colour_wins(stop):
     assert not _sgr_colours(no_color) and "StopGradient" in no_color
 
 
-def test_a_ci_log_is_not_wrapped_at_80_columns(stop):
-    lines = run(stop, "--static-only").stdout.splitlines()
-    verdict = "PASS: 0 error(s), 0 warning(s), 1 info; flow: 2 blocked, 1 connected (fail-on: error)"
+def test_a_ci_log_is_not_wrapped_at_80_columns():
+    lines = run(SAMPLES / "stop_gradient", "--static-only").stdout.splitlines()
+    verdict = "PASS: 0 error(s), 1 warning(s), 1 info; flow: 2 blocked, 1 connected (fail-on: error)"
     assert len(verdict) > 80 and verdict in lines

@@ -24,7 +24,7 @@ def argmax_report() -> Report:
 
 @pytest.fixture(scope="module")
 def stop_report() -> Report:
-    """One info: StopGradient cuts x, w1 -> y."""
+    """StopGradient cuts x, w1 -> y: one info (GA106), and one warning (GA108: w1 never trains)."""
     return _audit("stop_gradient")
 
 

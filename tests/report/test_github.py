@@ -13,7 +13,7 @@ def test_one_annotation_per_active_finding_by_severity(argmax_report, stop_repor
     monkeypatch.chdir(REPO)
     lines = github.render_many([argmax_report, stop_report, disconnected_report]).splitlines()
     commands = [line.split(" ", 1)[0] for line in lines if line.startswith("::")]
-    assert commands == ["::error", "::notice", "::warning"]
+    assert commands == ["::error", "::warning", "::notice", "::warning"]  # stop: GA108 w1, GA106
     assert lines[0].startswith("::error file=sample_models/classifier_argmax/saved_model.pb,"
                                "title=gradaudit GA103 zero-gradient [serving_default]::ArgMax 'ArgMax'")
     assert "Fix: Use a smooth surrogate" in lines[0]

@@ -39,7 +39,8 @@ def test_below_the_threshold_or_suppressed_nothing_fails(argmax_report, stop_rep
         assert _parse(text).get("failures") == "0"
     root = _parse(junit.render(suppressed(argmax_report)))
     assert "suppressed: baseline" in _cases(root, "flow")["x -> cls"].find("system-out").text
-    assert _parse(junit.render(stop_report, "info")).get("failures") == "2"
+    assert _parse(junit.render(stop_report, "info")).get("failures") == "3"  # x and w1 -> y (GA106), GA108 of w1
+    assert _parse(junit.render(stop_report, "warning")).get("failures") == "1"
 
 
 def test_a_finding_about_no_pair_gets_its_own_case(disconnected_report):

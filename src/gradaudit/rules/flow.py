@@ -255,7 +255,9 @@ DisconnectedSource = define(
     doc="""A trainable variable of the saved object reaches no output of the audited signature.
 
     ## What it does
-    Lists trainable variables that no output of the signature depends on.
+    Lists trainable variables that no output of the signature depends on, and those whose value
+    reaches the outputs only through `tf.stop_gradient` (the cut itself is GA106, info: it may be
+    intended, but the variable is then never trained through this signature).
 
     ## Why is this bad?
     This is Keras' warning "Gradients do not exist for variables ...": the optimizer will

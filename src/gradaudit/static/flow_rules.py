@@ -270,6 +270,7 @@ def _disconnected_variable_findings(analysis) -> list:
                         "gradient" if others else "reaches no output of the signature")
             findings.append(DisconnectedSource.finding(
                 f"trainable variable {src.name} {where_to}: it never gets a gradient", sources=[src.name]))
+    findings += _stopped_variable_findings(analysis)
     for u in analysis.uncaptured_trainable:
         name = u.variable.name
         if u.read_by:  # another entry point reads it: not dead, but training through this one leaves it out
@@ -284,6 +285,36 @@ def _disconnected_variable_findings(analysis) -> list:
                 f"trainable variable {name} of the saved object is read neither by the audited signature nor by "
                 "any other entry point (Keras' own layer traces aside): training through this signature gives it "
                 "no gradient (Keras: \"Gradients do not exist for variables\")", sources=[name]))
+    return findings
+
+
+def _stopped_variable_findings(analysis) -> list:
+    """Trainable variables whose value reaches the outputs but whose every path is cut by tf.stop_gradient alone: the
+    cut is GA106 (info, as it may be intended), but the variable never gets a gradient from this signature, as
+    Keras' "Gradients do not exist for variables" warns (a variable cut by another op is that op's finding)."""
+    from ..rules.flow import StopGradient
+
+    entries: dict[str, list] = {}
+    for e in analysis.flow:
+        entries.setdefault(e.source, []).append(e)
+    findings = []
+    for i in analysis.source_tensor:
+        src = analysis.sources[i]
+        mine = entries.get(src.name, [])
+        blocked = [e for e in mine if e.status == "blocked"]
+        if (src.kind != "variable" or not blocked or any(e.status != "blocked" and e.status != "disconnected"
+                                                         for e in mine) or any(e.raises for e in blocked)):
+            continue
+        cuts = {c.op for e in blocked for c in e.blocked_by}
+        if not cuts or any(c.rule != StopGradient.slug for e in blocked for c in e.blocked_by):
+            continue
+        ops = sorted(cuts, key=lambda r: (r.function, r.op_name))
+        findings.append(DisconnectedSource.finding(
+            f"trainable variable {src.name} reaches {_names([e.output for e in blocked])} only through "
+            f"tf.stop_gradient ({_names([r.label for r in ops])}): it never gets a gradient from this signature "
+            "(Keras: \"Gradients do not exist for variables\")", sources=[src.name], op=ops[0],
+            fix="Nothing to do if the variable is trained elsewhere (a target network updated by copying); "
+                "otherwise remove the tf.stop_gradient on its path, or mark it trainable=False."))
     return findings
 
 
