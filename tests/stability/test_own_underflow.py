@@ -98,3 +98,26 @@ def test_precision_float16_on_a_float16_model_whose_gradients_fit_says_so(tmp_pa
     assert [n for n in r.notes_of("precision") if "every gradient fits" in n]
     base = [p for p in r.precision if p.kind == "gradient" and p.scale is None]
     assert base and all(p.reference == "float64 copy" and p.zero_inside == 0.0 for p in base)
+
+
+class IslandWithBits(Island):
+    """The island with an integer output that reinterprets the input's bytes (tf.bitcast): no float64 copy of it can
+    be made, since a float64 holds other bytes."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        h = tf.matmul(tf.cast(x, tf.float16) * 1e-2, tf.cast(self.w, tf.float16))
+        return {"loss": self.loss_scale * tf.reduce_sum(tf.cast(tf.tanh(h), tf.float32), -1),
+                "bits": tf.bitcast(x, tf.int32)}
+
+
+def test_precision_float16_on_a_float16_model_without_a_float64_copy_is_incomplete(tmp_path):
+    """Without the float64 copy, an underflowed zero cannot be told from an exact one: incomplete, saying why,
+    never 'every gradient fits' (the model's own gradient of x is all zeros here, which fits any dtype)."""
+    path = save_module(IslandWithBits(1e-4), str(tmp_path / "bits"))
+    tape_max, _ = _truth(path, 1e-4)
+    assert tape_max == 0.0
+    r = audit_saved_model(path, AuditOptions(precision="float16"))
+    assert any("only its float64 copy tells them apart" in i and "Bitcast" in i for i in r.incomplete), r.incomplete
+    assert r.verdict() == "incomplete"
+    assert not [n for n in r.notes_of("precision") if "every gradient fits" in n]
