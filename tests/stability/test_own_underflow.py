@@ -121,3 +121,18 @@ def test_precision_float16_on_a_float16_model_without_a_float64_copy_is_incomple
     assert any("only its float64 copy tells them apart" in i and "Bitcast" in i for i in r.incomplete), r.incomplete
     assert r.verdict() == "incomplete"
     assert not [n for n in r.notes_of("precision") if "every gradient fits" in n]
+
+
+def test_precision_bfloat16_on_a_float16_model_counts_the_exact_gradient_not_float16s_zeros(tmp_path):
+    """bfloat16 keeps float32's range: x's exact gradient (about 1e-9) fits it, while the model's own float16
+    backward leaves it all zeros. The rows count the float64 copy's entries (the zeros are float16's loss, the
+    probes' GA330, not bfloat16's)."""
+    path = save_module(Island(1e-4), str(tmp_path / "island"))
+    tape_max, true_max = _truth(path, 1e-4)
+    assert tape_max == 0.0 and float(tf.cast(tf.constant(true_max, tf.float32), tf.bfloat16)) > 0
+    r = audit_saved_model(path, AuditOptions(precision="bfloat16"))
+    (x,) = [p for p in r.precision if p.kind == "gradient" and p.name == "x" and p.scale is None]
+    assert x.reference == "float64 copy" and x.entries == 4 and x.underflow == 0.0 and x.zero_inside is None
+    assert not [f for f in r.findings if f.code == "GA330" and "bfloat16" in f.message], [f.message for f in r.findings]
+    assert [f for f in r.findings if f.code == "GA330" and "float16 inside" in f.message]  # the probes' own
+    assert "cast to bfloat16" in r.notes_of("precision")[0]

@@ -79,19 +79,22 @@ def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutc
                              + ("." if target is None else
                                 f"; gradient entries that underflowed inside are zero in its own gradients already: "
                                 f"--precision {target} counts the entries of its float64 copy's gradients, whose zeros "
-                                "are exact, and which of them are zero in the model's own."))
+                                "are exact" + (", and which of them are zero in the model's own." if own[0] == target
+                                               else f", cast to {target}.")))
     if target is None:
         return outcome
     try:
-        _measure(loads, analysis, options, target, outcome, islands=bool(own and own[0] == target))
+        _measure(loads, analysis, options, target, outcome, own=own[0] if own else None)
     except ModelError as exc:
         outcome.incomplete.append(f"--precision {target} did not run: the loaded model cannot be "
                                   f"{'differentiated' if exc.stage == 'gradient' else 'run'}: {exc}")
     return outcome
 
 
-def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, islands: bool) -> None:
-    """`islands`: the model computes in `target` already, so its float32 ops are the islands it chose."""
+def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, own: str | None) -> None:
+    """`own`: the half precision the model computes in already (its float32 ops, when it is `target`, are the
+    islands it chose), whose losses are in its own gradients: they are counted on its float64 copy's."""
+    islands = own == target
     from ..numeric.inputs import InputError
     from ..numeric.runner import signature_variables
     from . import probe_start
@@ -115,11 +118,11 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
     kept, points = _points(plan, base, options.scales, target)
     names = plan.input_sources + [v for v, _ in variables]
     exact: ExactGradients | None = None
-    if islands:
+    if own is not None:
         made = _exact_gradients(loads, plan, base, [v for v, _ in variables])
         if isinstance(made, str):
             outcome.incomplete.append(
-                f"--precision {target}: the model computes in {target} already, so a gradient entry that underflowed "
+                f"--precision {target}: the model computes in {own} already, so a gradient entry that underflowed "
                 f"inside is zero in its own gradient like an exact zero; only its float64 copy tells them apart, and "
                 f"{made}")
         else:
@@ -132,7 +135,9 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, i
             if exact is None:
                 outcome.results.extend(_gradient_rows(grads, names, target, scale))
             else:
-                outcome.results.extend(_gradient_rows(exact.at(point, u), names, target, scale, own=grads))
+                # zeros of the model's own gradient are its own dtype's losses: `target`'s only when they are one
+                outcome.results.extend(_gradient_rows(exact.at(point, u), names, target, scale, own=grads,
+                                                      inside=islands))
             if failed is not None:
                 outcome.incomplete.append(f"--precision {target}: the ops' outputs were not checked: TensorFlow "
                                           f"could not run a frozen copy of the graph ({failed})")
@@ -345,9 +350,11 @@ def _activation_rows(values: list, at: tuple[str, float | None, bool], causes: d
 
 
 def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target: str,
-                   scale: float | None, own: dict[str, np.ndarray | None] | None = None) -> list[PrecisionResult]:
+                   scale: float | None, own: dict[str, np.ndarray | None] | None = None,
+                   inside: bool = False) -> list[PrecisionResult]:
     """One row per source with a gradient at this point; the loss scale is the one scale for all of them. With
-    `own` (the model computes in `target` already), `grads` are its float64 copy's and `own` its own gradients."""
+    `own` (the model computes in a half precision already), `grads` are its float64 copy's and `own` its own
+    gradients, whose zeros are counted (`zero_inside`) when `inside`: the model computes in `target` itself."""
     mags = {s: magnitudes(grads[s]) for s in names if grads.get(s) is not None}
     classes = {s: classify(a, target, prepared=True) for s, a in mags.items()}
     largest = max((c.largest for c in classes.values() if c.largest is not None), default=None)
@@ -359,10 +366,10 @@ def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target
     shared = {s: zero_at(s, loss_scale) for s in classes}
     alone = {s: zero_at(s, settled_loss_scale(c.largest, target)) for s, c in classes.items()}
     one = None if loss_scale is None else not any(_only_shared(shared[s], alone[s]) >= LOST for s in classes)
-    inside = {} if own is None else {s: _zero_inside(grads[s], own.get(s)) for s in classes}
+    zeros = {} if own is None or not inside else {s: _zero_inside(grads[s], own.get(s)) for s in classes}
     return [PrecisionResult("gradient", s, target, scale, c.entries, c.underflow, c.subnormal, c.overflow,
                             c.largest, c.smallest, loss_scale, shared[s], one, alone[s],
-                            reference=None if own is None else "float64 copy", zero_inside=inside.get(s))
+                            reference=None if own is None else "float64 copy", zero_inside=zeros.get(s))
             for s, c in classes.items()]
 
 
