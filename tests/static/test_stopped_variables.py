@@ -65,3 +65,25 @@ def test_a_variable_with_a_live_path_beside_the_stopped_one_gets_no_finding(tmp_
     path = save_module(Stopped("also_live"), str(tmp_path / "live"))
     assert _tape(path) == {"enc": True, "head": True}
     assert _ga108(audit_saved_model(path, AuditOptions(static_only=True))) == []
+
+
+def test_a_keras_layer_frozen_with_trainable_false_is_no_trainable_source(tmp_path):
+    """Keras 3 leaves `trainable=True` on a frozen layer's tf.Variables; its export lists the trainable ones
+    (`trainable_variables`), which the loaded model's own list agrees with: the frozen encoder behind a
+    stop_gradient is no source, so no GA108 says it never trains (tester 9's m5b)."""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((5,), name="x")
+    enc = keras.layers.Dense(6, activation="tanh", name="frozen_enc")
+    h = keras.layers.Lambda(keras.ops.stop_gradient, name="sg")(enc(inp))
+    model = keras.Model(inp, keras.layers.Dense(2, name="head")(h))
+    enc.trainable = False
+    path = str(tmp_path / "frozen")
+    model.export(path, verbose=False)
+    loaded = tf.saved_model.load(path)
+    truth = sorted(v.name.split(":")[0] for v in loaded.trainable_variables)
+    assert truth == ["head/bias", "head/kernel"] and all(v.trainable for v in loaded.variables)
+    r = audit_saved_model(path, AuditOptions(static_only=True))
+    assert sorted(s.name for s in r.sources if s.kind == "variable") == truth
+    assert _ga108(r) == []

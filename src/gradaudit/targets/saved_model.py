@@ -321,8 +321,21 @@ class SavedModelFile:
     def all_variables(self) -> list[VariableInfo]:
         """Every variable of the saved object, named once over the whole object (variable_display_names)."""
         nodes = self.object_graph.nodes
-        return [VariableInfo(name, nodes[i].variable.trainable, nodes[i].variable.dtype,
+        return [VariableInfo(name, self._trainable(i), nodes[i].variable.dtype,
                              _shape(nodes[i].variable.shape), i) for i, name in self.variable_names().items()]
+
+    def _trainable(self, node_id: int) -> bool:
+        """A variable's own `trainable` flag, unless the root object lists its trainable variables (Keras'
+        `model.export` saves `trainable_variables`): a layer frozen with `trainable=False` keeps the flag True on
+        its tf.Variables, and only that list leaves it out."""
+        if not self.object_graph.nodes[node_id].variable.trainable:
+            return False
+        if not hasattr(self, "_listed"):
+            nodes = self.object_graph.nodes
+            listed = next((c.node_id for c in nodes[0].children if c.local_name == "trainable_variables"), None)
+            self._listed = (None if listed is None or nodes[listed].WhichOneof("kind") != "user_object"
+                            else {c.node_id for c in nodes[listed].children})
+        return self._listed is None or node_id in self._listed
 
     def variable_names(self) -> dict[int, str]:
         """Each variable node's one name over the whole saved object: an entry point's sources and the variables
@@ -374,7 +387,7 @@ class SavedModelFile:
         for ref, obj_id in refs:
             if obj_id in names:
                 v = self.object_graph.nodes[obj_id].variable
-                out[ref] = VariableInfo(names[obj_id], v.trainable, v.dtype, _shape(v.shape), obj_id)
+                out[ref] = VariableInfo(names[obj_id], self._trainable(obj_id), v.dtype, _shape(v.shape), obj_id)
         return out
 
     def _tf1_trainable(self) -> set[str]:
