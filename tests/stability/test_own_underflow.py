@@ -136,3 +136,40 @@ def test_precision_bfloat16_on_a_float16_model_counts_the_exact_gradient_not_flo
     assert not [f for f in r.findings if f.code == "GA330" and "bfloat16" in f.message], [f.message for f in r.findings]
     assert [f for f in r.findings if f.code == "GA330" and "float16 inside" in f.message]  # the probes' own
     assert "cast to bfloat16" in r.notes_of("precision")[0]
+
+
+class Half(tf.Module):
+    """A model in float16 throughout (no Cast op): its backward multiplies by 1e-4 twice, below float16's range."""
+
+    def __init__(self):
+        rng = np.random.default_rng(2)
+        self.w = tf.Variable(rng.standard_normal((4, 4)).astype("float16"), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float16, name="x")])
+    def __call__(self, x):
+        return {"y": tf.tanh(tf.matmul(x, self.w)) * 1e4 * 1e-4 * 1e-4}
+
+
+def test_precision_float16_on_a_model_in_float16_throughout_counts_what_its_backward_lost(tmp_path):
+    """Tester 9's m8b: no Cast op, so the model was not seen as computing in float16, and its all-zero gradient
+    'fit'. The truth: the tape on the loaded model gives zeros, float64 differences of the same function do not."""
+    path = save_module(Half(), str(tmp_path / "half"))
+    loaded = tf.saved_model.load(path)
+    x = np.random.default_rng(0).standard_normal((1, 4)).astype("float16")
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = tf.reduce_sum(loaded.signatures["serving_default"](x=xt)["y"])
+    assert not np.any(tape.gradient(y, xt).numpy())
+    w = loaded.w.numpy().astype(np.float64)
+    h = 1e-4
+    def f(v):
+        return np.sum(np.tanh(v @ w)) * 1e-4
+
+    numeric = [(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(4)]
+    assert max(abs(v) for v in numeric) > 1e-6
+    r = audit_saved_model(path, AuditOptions(precision="float16"))
+    assert not [n for n in r.notes_of("precision") if "every gradient fits" in n]
+    (found,) = [f for f in r.findings if f.code == "GA330"]
+    assert "x" in found.sources and "w" in found.sources, found.message
+    assert "op(s) computing in float16" in r.notes_of("precision")[0]

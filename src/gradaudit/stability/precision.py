@@ -49,21 +49,27 @@ class PrecisionOutcome:
     incomplete: list[str] = field(default_factory=list)  # what was asked and could not be checked, and why
 
 
-def compute_dtype(analysis) -> tuple[str, int] | None:
-    """(dtype, count) of the Cast ops to float16 or bfloat16 in the static graph: a model that already computes
-    in mixed precision (Keras' mixed_float16 policy casts each layer's inputs to float16); None without any."""
-    counts: dict[str, int] = {}
+def compute_dtype(analysis) -> tuple[str, int, str] | None:
+    """(dtype, count, what is counted) of the Cast ops to float16 or bfloat16 in the static graph: a model that
+    already computes in mixed precision (Keras' mixed_float16 policy casts each layer's inputs to float16); without
+    any, the ops whose outputs are float16 or bfloat16 (a model in a half precision throughout); None without any."""
+    casts: dict[str, int] = {}
+    ops: dict[str, int] = {}
     graph = analysis.graph
     for node in graph.ops.values():
-        if node.ref.op_type == "Cast":
-            for t in node.outputs:
-                name = HALF_DTYPES.get(graph.dtype[t])
-                if name:
-                    counts[name] = counts.get(name, 0) + 1
+        if node.ref.op_type in NOT_COMPUTED:
+            continue
+        for t in node.outputs:
+            name = HALF_DTYPES.get(graph.dtype[t])
+            if name:
+                counts = casts if node.ref.op_type == "Cast" else ops
+                counts[name] = counts.get(name, 0) + 1
+                break
+    counts, what = (casts, "Cast op(s) to {}") if casts else (ops, "op(s) computing in {}")
     if not counts:
         return None
     name = max(counts, key=lambda k: counts[k])
-    return name, counts[name]
+    return name, counts[name], what.format(name)
 
 
 def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutcome:
@@ -74,8 +80,9 @@ def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutc
     outcome = PrecisionOutcome()
     own = compute_dtype(analysis)
     if own:
-        outcome.notes.append(f"The model computes in {own[0]} ({own[1]} Cast op(s) to {own[0]} in its graph: mixed "
-                             f"precision, such as Keras' mixed_{own[0]} policy)"
+        outcome.notes.append(f"The model computes in {own[0]} ({own[1]} {own[2]} in its graph"
+                             + (f": mixed precision, such as Keras' mixed_{own[0]} policy)" if "Cast" in own[2]
+                                else ")")
                              + ("." if target is None else
                                 f"; gradient entries that underflowed inside are zero in its own gradients already: "
                                 f"--precision {target} counts the entries of its float64 copy's gradients, whose zeros "
