@@ -136,9 +136,10 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
             exact = made
     runs = PointRuns(loaded.fn, analysis, (plan.input_sources, variables, plan.float_outputs), base, u)
     causes: dict[tuple[str, OpRef], list[tuple[float | None, PrecisionResult, str]]] = {}
+    forward = True  # the ops' outputs are checked until TensorFlow cannot run the frozen graph
     try:
         for scale, point in points:
-            grads, values, failed = runs.at(point, forward=not outcome.incomplete)
+            grads, values, failed = runs.at(point, forward=forward)
             if exact is None:
                 outcome.results.extend(_gradient_rows(grads, names, target, scale))
             else:
@@ -146,9 +147,10 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
                 outcome.results.extend(_gradient_rows(exact.at(point, u), names, target, scale, own=grads,
                                                       inside=islands))
             if failed is not None:
+                forward = False
                 outcome.incomplete.append(f"--precision {target}: the ops' outputs were not checked: TensorFlow "
                                           f"could not run a frozen copy of the graph ({failed})")
-            elif not outcome.incomplete:
+            elif forward:
                 _activation_rows(values, (target, scale, islands), causes, outcome)
     finally:
         runs.close()

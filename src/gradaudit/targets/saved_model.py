@@ -160,6 +160,7 @@ class SavedModelFile:
         except RejectedGraph as exc:
             raise GradauditError(f"{path}: TensorFlow would reject this graph: {exc}") from None
         self.object_graph = self.meta_graph.object_graph_def
+        self._listed_trainable = self._root_trainable_list()  # Keras' export: its trainable variables
         self._nodes = {n.name: n for n in self.graph_def.node}
         for fn in self.library.registered_gradients.values():
             cf = self.object_graph.concrete_functions.get(fn)
@@ -330,12 +331,16 @@ class SavedModelFile:
         its tf.Variables, and only that list leaves it out."""
         if not self.object_graph.nodes[node_id].variable.trainable:
             return False
-        if not hasattr(self, "_listed"):
-            nodes = self.object_graph.nodes
-            listed = next((c.node_id for c in nodes[0].children if c.local_name == "trainable_variables"), None)
-            self._listed = (None if listed is None or nodes[listed].WhichOneof("kind") != "user_object"
-                            else {c.node_id for c in nodes[listed].children})
-        return self._listed is None or node_id in self._listed
+        return self._listed_trainable is None or node_id in self._listed_trainable
+
+    def _root_trainable_list(self) -> set[int] | None:
+        """The variable node ids the root object lists as `trainable_variables`, None when it lists none."""
+        nodes = self.object_graph.nodes
+        listed = next((c.node_id for c in nodes[0].children if c.local_name == "trainable_variables"), None) \
+            if nodes else None
+        if listed is None or nodes[listed].WhichOneof("kind") != "user_object":
+            return None
+        return {c.node_id for c in nodes[listed].children}
 
     def variable_names(self) -> dict[int, str]:
         """Each variable node's one name over the whole saved object: an entry point's sources and the variables
