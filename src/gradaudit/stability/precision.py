@@ -124,16 +124,8 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
     u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
     kept, points = _points(plan, base, options.scales, target)
     names = plan.input_sources + [v for v, _ in variables]
-    exact: ExactGradients | None = None
-    if own is not None:
-        made = _exact_gradients(loads, plan, base, [v for v, _ in variables])
-        if isinstance(made, str):
-            outcome.incomplete.append(
-                f"--precision {target}: the model computes in {own} already, so a gradient entry that underflowed "
-                f"inside is zero in its own gradient like an exact zero; only its float64 copy tells them apart, and "
-                f"{made}")
-        else:
-            exact = made
+    exact = None if own is None else _float64_copy(loads, (plan, base, [v for v, _ in variables]), target, own,
+                                                   outcome)
     runs = PointRuns(loaded.fn, analysis, (plan.input_sources, variables, plan.float_outputs), base, u)
     causes: dict[tuple[str, OpRef], list[tuple[float | None, PrecisionResult, str]]] = {}
     forward = True  # the ops' outputs are checked until TensorFlow cannot run the frozen graph
@@ -159,6 +151,19 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
     outcome.findings.extend(_activation_findings(causes, target))
     if not outcome.findings and not outcome.incomplete:
         outcome.notes.append(_all_fit(base_rows, target, kept))
+
+
+def _float64_copy(loads, at, target: str, own: str, outcome: PrecisionOutcome) -> ExactGradients | None:
+    """The float64 copy's gradients of a model computing in `own` already (`at`: plan, base point, variables),
+    or None with the reason in `outcome.incomplete`."""
+    made = _exact_gradients(loads, *at)
+    if not isinstance(made, str):
+        return made
+    outcome.incomplete.append(
+        f"--precision {target}: the model computes in {own} already, so a gradient entry that underflowed "
+        f"inside is zero in its own gradient like an exact zero; only its float64 copy tells them apart, and "
+        f"{made}")
+    return None
 
 
 class FrozenRuns(Forensics):
