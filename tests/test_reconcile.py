@@ -129,3 +129,45 @@ def test_a_variable_the_cut_blocks_entirely_does_not_explain_the_variables_check
     assert together and all(n.status == "fail" and not n.expected_by for n in together)
     assert "w" in {s for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value == "error"
                    for s in f.sources}
+
+
+PIECEWISE = {"Round": tf.round, "Floor": tf.floor,
+             "ArgMax": lambda h: tf.cast(tf.expand_dims(tf.argmax(h, -1), -1), tf.float32)}
+
+
+@pytest.mark.parametrize("op_type", sorted(PIECEWISE))
+def test_a_piecewise_constant_cut_beside_a_stop_gradient_is_named_and_explains_nothing(tmp_path, op_type):
+    """`piece(x @ w) + x @ v + stop_gradient(x @ w)`: w reaches y only through the piecewise-constant op and
+    the stop_gradient (both name the blocked pair, and the piecewise op's GA103 is not lost behind the
+    stop_gradient); x's difference from finite differences is what the stop_gradient leaves out (the piecewise
+    op's zero gradient is what finite differences see too), shown by the copy without the stop_gradient."""
+    piece = PIECEWISE[op_type]
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(tf.random.stateless_normal([4, 3], [1, 2]), name="w")
+            self.v = tf.Variable(tf.random.stateless_normal([4, 3], [3, 4]), name="v")
+
+        @tf.function(input_signature=[tf.TensorSpec([2, 4], tf.float32, name="x")])
+        def __call__(self, x):
+            h = x @ self.w
+            return {"y": piece(h) + x @ self.v + tf.stop_gradient(h)}
+
+    path = save_module(M(), str(tmp_path / op_type))
+    loaded = tf.saved_model.load(path)
+    x = tf.random.stateless_normal([2, 4], [5, 6])
+    with tf.GradientTape() as tape:
+        y = loaded.signatures["serving_default"](x=x)["y"]
+    truth = tape.gradient(y, loaded.w)
+    assert truth is None or not tf.reduce_any(truth != 0)  # TensorFlow's own: w gets no gradient
+
+    report = audit_saved_model(path, AuditOptions())
+    w_flow = next(f for f in report.flow if f.source.endswith("(w)") or f.source == "w")
+    assert w_flow.status == "blocked" and {c.op.op_type for c in w_flow.blocked_by} == {op_type, "StopGradient"}
+    assert [c.piecewise for c in w_flow.blocked_by if c.op.op_type == op_type] == [True]
+    assert {(f.code, f.op.op_type) for f in report.findings if f.op} >= {("GA103", op_type), ("GA106", "StopGradient")}
+    assert not [f for f in report.findings if f.rule == "disconnected-source"]  # not "only through stop_gradient"
+    x_rows = [n for n in report.numeric if n.source == "x"]
+    assert x_rows and all(n.status == "pass" and "StopGradient" in n.reason and "made an identity" in n.reason
+                          for n in x_rows)
+    assert report.verdict() == "fail"  # w never gets a gradient: GA103

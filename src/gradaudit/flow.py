@@ -353,53 +353,47 @@ def _cut_sources(g: Dataflow, masks: ReachMasks, node: OpNode, op_id: int) -> in
 
 def _cut_candidates(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], FlowStatus],
                     source_tensor: dict[int, int], output_tensor: dict[int, int]) -> dict[tuple[int, int], list]:
-    """Candidate cuts per pair, in three tiers: (0) the op's float result still reaches the output along
-    gradient-carrying edges; (1) its integer/bool result is turned back into a float value of the
-    output; (2) any forward path. A blocked pair is explained by its first non-empty tier; a
-    connected pair by tiers 0 and 1 (a path that is cut while others carry a gradient: round(x) and
-    float(int(x)) alike), except a comparison's bool result, which gates a path (a ReLU-style mask
-    x * cast(x > 0) has the gradient of its value almost everywhere) rather than cutting one."""
+    """Candidate cuts per pair, in four tiers: (0) the op's float result still reaches the output along
+    gradient-carrying edges; (1) its integer result is turned back into a float value of the output; (2) its
+    bool result is; (3) any forward path. Tiers 0 and 1 cut paths of their own, round(x) and float(int(x))
+    alike; a comparison's bool result gates a path (a ReLU-style mask x * cast(x > 0) has the gradient of its
+    value almost everywhere, a cond's predicate picks a branch) rather than cutting one, so it explains a
+    blocked pair only when no number path does, and a connected pair never."""
     tiers: dict[tuple[int, int], list[list[OpNode]]] = {}
     for op_id, node in g.ops.items():
         src = _cut_sources(g, masks, node, op_id)
         if not src:
             continue
-        reach = [0, 0, 0]
-        by_number = 0  # outputs an integer result reaches as a value (a bool one only gates)
+        reach = [0, 0, 0, 0]
         for o in node.outputs:
             reach[0] |= masks.to_output_grad[o]
             if not carries_gradient(g.dtype[o]):
-                reach[1] |= masks.converted_to_output[o]
-                if g.dtype[o] != DT_BOOL:
-                    by_number |= masks.converted_to_output[o]
-            reach[2] |= masks.to_output_value[o]
+                reach[2 if g.dtype[o] == DT_BOOL else 1] |= masks.converted_to_output[o]
+            reach[3] |= masks.to_output_value[o]
         for i in source_tensor:
             if src >> i & 1:
                 for j in output_tensor:
-                    blocked = status[i, j] == "blocked"
-                    for tier in range(3 if blocked else 2):  # unknown pairs: as connected
-                        if tier == 1 and not blocked and not by_number >> j & 1:
-                            continue
+                    for tier in range(4 if status[i, j] == "blocked" else 2):  # unknown pairs: as connected
                         if reach[tier] >> j & 1:
-                            tiers.setdefault((i, j), [[], [], []])[tier].append(node)
+                            tiers.setdefault((i, j), [[], [], [], []])[tier].append(node)
                             break
     return tiers
 
 
 def _cuts(g: Dataflow, masks: ReachMasks, status: dict[tuple[int, int], FlowStatus], source_tensor: dict[int, int],
           output_tensor: dict[int, int], flat: Callable[[OpNode, Dataflow], tuple]) -> dict[OpRef, OpCut]:
-    """Each pair's cuts: its first non-empty tier of candidates, without those another candidate shadows."""
+    """Each pair's cuts: every candidate whose result reaches the output as a number (tiers 0 and 1: each cuts a
+    path of its own, so stop_gradient(h) + float(argmax(h)) names both), or else its first non-empty tier of
+    gates and forward paths, without those another candidate shadows."""
     tiers = _cut_candidates(g, masks, status, source_tensor, output_tensor)
     shadowed = _shadowed(g, tiers, output_tensor)
     cuts: dict[OpRef, OpCut] = {}
     for (i, j), found in tiers.items():
-        for nodes in found:
-            if nodes:
-                kept = [n for n in nodes if (id(n), j) not in shadowed] or nodes
-                for node in kept:
-                    cut = cuts.get(node.ref) or cuts.setdefault(node.ref, _new_cut(node, g, flat))
-                    (cut.blocked_pairs if status[i, j] == "blocked" else cut.partial_pairs).add((i, j))
-                break
+        nodes = found[0] + found[1] or found[2] or found[3]
+        kept = [n for n in nodes if (id(n), j) not in shadowed] or nodes
+        for node in kept:
+            cut = cuts.get(node.ref) or cuts.setdefault(node.ref, _new_cut(node, g, flat))
+            (cut.blocked_pairs if status[i, j] == "blocked" else cut.partial_pairs).add((i, j))
     return cuts
 
 
@@ -452,14 +446,14 @@ def _flow_entries(sources: list[Source], outputs: list[Output], status: dict[tup
     breaking = [(ref, c) for ref, c in by_place if breaks_the_function(c)]
     flow = []
     for (i, j), pair_status in status.items():
-        blocked_by = tuple(Cut(ref, c.rule) for ref, c in by_place
+        blocked_by = tuple(Cut(ref, c.rule, c.piecewise) for ref, c in by_place
                            if (i, j) in c.blocked_pairs or (breaking and breaks_the_function(c)))
         if breaking:
             flow.append(FlowEntry(sources[i].name, outputs[j].name, "blocked", blocked_by, raises=True))
             continue
         unknown_by = tuple(sorted((ref for ref, u in uncertain.items() if (i, j) in u.pairs),
                                   key=lambda r: (r.function, r.op_name)))
-        partial_by = tuple(Cut(ref, c.rule) for ref, c in by_place
+        partial_by = tuple(Cut(ref, c.rule, c.piecewise) for ref, c in by_place
                            if (i, j) in c.partial_pairs and pair_status == "connected")
         flow.append(FlowEntry(sources[i].name, outputs[j].name, pair_status, blocked_by, unknown_by, partial_by))
     return flow

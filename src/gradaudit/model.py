@@ -128,10 +128,13 @@ class Output:
 class Cut:
     op: OpRef
     rule: str
+    # the op's value is piecewise constant where it cuts (its true derivative there is zero almost everywhere:
+    # finite differences see the zero its gradient gives); None: not known, or not a question (stop_gradient)
+    piecewise: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"op_type": self.op.op_type, "op_name": self.op.op_name,
-                "function": self.op.function, "rule": self.rule}
+                "function": self.op.function, "rule": self.rule, "piecewise": self.piecewise}
 
 
 @dataclass(frozen=True)

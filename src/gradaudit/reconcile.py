@@ -76,7 +76,8 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
         variables = {s.name for s in report.sources if s.kind == "variable"}
         floats = tuple(o.name for o in report.outputs if o.dtype in FLOAT_DTYPES)
         partial = frozenset((f.source, c.op) for f in report.flow for c in f.partial_by)
-        explained, rows = explain_mismatches(report.findings, report.numeric, variables, floats, partial)
+        flat = frozenset(c.op for f in report.flow for c in f.partial_by + f.blocked_by if c.piecewise is True)
+        explained, rows = explain_mismatches(report.findings, report.numeric, variables, floats, partial, flat)
         report = replace(report, findings=unseen_parts(explained, report.flow, rows, variables), numeric=rows)
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
                                         f.op.op_name if f.op else "", f.message))
@@ -286,18 +287,21 @@ def _explained(f: Finding, cut: Finding, findings: list[Finding]) -> Finding:
 
 
 def explain_mismatches(findings: list[Finding], numeric: list[NumericResult], variables: set[str],
-                       float_outputs: tuple[str, ...] = (), partial: frozenset[tuple[str, OpRef]] = frozenset()
-                       ) -> tuple[list[Finding], list[NumericResult]]:
+                       float_outputs: tuple[str, ...] = (), partial: frozenset[tuple[str, OpRef]] = frozenset(),
+                       flat: frozenset[OpRef] = frozenset()) -> tuple[list[Finding], list[NumericResult]]:
     """A gradient-mismatch on a pair where the static pass found a cut on one of the paths is what that
     cut does: `y = f(x) + tf.stop_gradient(g(x))` has a gradient that leaves out g on purpose. Such a
     mismatch becomes info, naming the cut; the numeric result keeps `fail` with the explanation. `partial`:
     (source, cut op) of the flow's partial cuts (a cut crossing a pair that other paths still connect); a check
     of the variables together ("*") is explained by such a cut only when it crosses one of them partially (a
     variable the cut blocks entirely is not in that check). Cuts the flow does not record (a sampler's
-    estimator, a variable the signature writes) explain it as before."""
+    estimator, a variable the signature writes) explain it as before. `flat`: the cuts' ops that are piecewise
+    constant where they cut, whose zero gradient finite differences see too: another cut on the pair explains
+    a mismatch first (round(h) + stop_gradient(h) differs by what the stop_gradient leaves out)."""
     # static cuts make TensorFlow's gradient differ from the forward's derivative on purpose (or are
     # already reported by the static pass)
-    cuts = [f for f in findings if get_rule(f.rule).explains_mismatch and f.op is not None]
+    cuts = sorted((f for f in findings if get_rule(f.rule).explains_mismatch and f.op is not None),
+                  key=lambda f: f.op in flat)
 
     def cut_for(source: str, outputs: tuple[str, ...]) -> Finding | None:
         for c in cuts:

@@ -102,9 +102,13 @@ class Plan:
         # the raise is seen at run time and said with TensorFlow's reason
         self._raises = {(f.source, f.output) for f in flow if f.raises}
         self._partial = {(f.source, f.output) for f in flow if f.partial_by}
-        # the pairs whose partial cuts are all stop_gradients, with those ops (a copy without them is checked)
-        self._stopped = {(f.source, f.output): ", ".join(c.op.short for c in f.partial_by) for f in flow
-                         if f.partial_by and all(c.op.op_type in STOP_OPS for c in f.partial_by)}
+        # the pairs whose partial cuts are stop_gradients, beside piecewise-constant ones at most (whose zero
+        # gradient finite differences see too), with the stop_gradients (a copy without them is checked)
+        self._stopped: dict[tuple[str, str], str] = {}
+        for f in flow:
+            stops = [c.op.short for c in f.partial_by if c.op.op_type in STOP_OPS]
+            if stops and all(c.op.op_type in STOP_OPS or c.piecewise is True for c in f.partial_by):
+                self._stopped[f.source, f.output] = ", ".join(stops)
 
     @property
     def stopped(self) -> dict[tuple[str, str], str]:

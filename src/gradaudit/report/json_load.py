@@ -68,9 +68,10 @@ def _finding(d: dict[str, Any]) -> Finding:
 
 def _flow(d: dict[str, Any]) -> FlowEntry:
     return FlowEntry(d["source"], d["output"], d["status"],
-                     tuple(Cut(_ref(c), c["rule"]) for c in d.get("blocked_by", ())),
+                     tuple(Cut(_ref(c), c["rule"], c.get("piecewise")) for c in d.get("blocked_by", ())),
                      tuple(_ref(r) for r in d.get("unknown_by", ())),
-                     tuple(Cut(_ref(c), c["rule"]) for c in d.get("partial_by", ())), bool(d.get("raises", False)))
+                     tuple(Cut(_ref(c), c["rule"], c.get("piecewise")) for c in d.get("partial_by", ())),
+                     bool(d.get("raises", False)))
 
 
 def _path(d: dict[str, Any]) -> BlockedPath:
