@@ -73,12 +73,7 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
                     runtime_stopped=runtime.stopped is not None)
     _extend_once(report.incomplete, not_checked(report, gate.inputs_given))
     if report.numeric:
-        variables = {s.name for s in report.sources if s.kind == "variable"}
-        floats = tuple(o.name for o in report.outputs if o.dtype in FLOAT_DTYPES)
-        partial = frozenset((f.source, c.op) for f in report.flow for c in f.partial_by)
-        flat = frozenset(c.op for f in report.flow for c in f.partial_by + f.blocked_by if c.piecewise is True)
-        explained, rows = explain_mismatches(report.findings, report.numeric, variables, floats, partial, flat)
-        report = replace(report, findings=unseen_parts(explained, report.flow, rows, variables), numeric=rows)
+        report = _with_cuts_explained(report)
     report.findings.sort(key=lambda f: (-f.severity.rank, f.code, f.op.function if f.op else "",
                                         f.op.op_name if f.op else "", f.message))
     return report
@@ -284,6 +279,16 @@ def _explained(f: Finding, cut: Finding, findings: list[Finding]) -> Finding:
         f"{measured}. Expected: {cut.op.op_type} '{cut.op.op_name}' explains it ({cut.code} {cut.rule}: "
         f"{get_rule(cut.rule).summary})"), fix=f"Nothing to do if {cut.op.short} is intended: the difference is "
                                                f"what it does (see {cut.code}).")
+
+
+def _with_cuts_explained(report: Report) -> Report:
+    """The report with its numeric mismatches explained by the flow's cuts, and the parts they leave out."""
+    variables = {s.name for s in report.sources if s.kind == "variable"}
+    floats = tuple(o.name for o in report.outputs if o.dtype in FLOAT_DTYPES)
+    partial = frozenset((f.source, c.op) for f in report.flow for c in f.partial_by)
+    flat = frozenset(c.op for f in report.flow for c in f.partial_by + f.blocked_by if c.piecewise is True)
+    explained, rows = explain_mismatches(report.findings, report.numeric, variables, floats, partial, flat)
+    return replace(report, findings=unseen_parts(explained, report.flow, rows, variables), numeric=rows)
 
 
 def explain_mismatches(findings: list[Finding], numeric: list[NumericResult], variables: set[str],
