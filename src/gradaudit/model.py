@@ -327,7 +327,9 @@ class PrecisionResult:
     name: str  # the source; for an activation, the op as `Type 'name'`
     dtype: str  # the target precision: "float16" | "bfloat16"
     scale: float | None  # the stability probe scale of the point; None: the synthesised (or --inputs) point
-    entries: int  # nonzero finite entries in the model's own precision
+    # nonzero finite entries in the model's own precision (a model computing in `dtype` already: of its float64
+    # copy's gradient, less those its own rounds to zero, see zero_rescued)
+    entries: int
     underflow: float  # fraction zero after the cast (below about half the smallest subnormal)
     subnormal: float  # fraction subnormal after the cast (precision lost)
     overflow: float  # fraction inf after the cast (above the largest finite value)
@@ -344,9 +346,14 @@ class PrecisionResult:
     op: OpRef | None = None  # activations: the op
     # gradients of a model that computes in `dtype` already (mixed precision): the entries counted are those of
     # its float64 copy's gradient (`reference` "float64 copy"), whose zeros are exact; `zero_inside`, the fraction
-    # of them that are exactly zero in the model's own gradient (they underflowed inside it)
+    # of them that are exactly zero in the model's own gradient; `zero_rescued`, the fraction zero there that its
+    # own gradient at the loss scale (the cotangent times `rescue_scale`, a power of two) makes finite and nonzero:
+    # they underflowed inside it. A power-of-two scale changes nothing but under- and overflow, so a zero it does
+    # not rescue is the dtype's rounding (a cancellation, a saturated tanh), not an underflow. None: not measured
     reference: str | None = None
     zero_inside: float | None = None
+    zero_rescued: float | None = None
+    rescue_scale: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "dtype": self.dtype, "scale": self.scale,
@@ -356,7 +363,7 @@ class PrecisionResult:
                 "one_scale": self.one_scale, "underflow_own": self.underflow_own,
                 "op_type": self.op.op_type if self.op else None, "op_name": self.op.op_name if self.op else None,
                 "function": self.op.function if self.op else None, "reference": self.reference,
-                "zero_inside": self.zero_inside}
+                "zero_inside": self.zero_inside, "zero_rescued": self.zero_rescued, "rescue_scale": self.rescue_scale}
 
 
 @dataclass(frozen=True)

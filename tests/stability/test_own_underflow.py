@@ -7,6 +7,7 @@ differences of the same function (not zero); the twin whose gradients are in flo
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from helpers import save_module
 
@@ -85,6 +86,7 @@ def test_precision_float16_on_a_model_in_float16_counts_what_underflowed_inside_
     assert not [n for n in r.notes_of("precision") if "every gradient fits" in n]
     (x,) = [p for p in r.precision if p.kind == "gradient" and p.name == "x" and p.scale is None]
     assert x.reference == "float64 copy" and x.zero_inside == 1.0 and x.underflow == 1.0
+    assert x.zero_rescued == 1.0 and x.rescue_scale is not None  # measured: its own gradient at a scale is nonzero
     assert x.loss_scale is not None and np.all(_scaled_tape(path, 1.0) == 0)
     rescued = _scaled_tape(path, x.loss_scale)
     assert np.all(rescued != 0), rescued  # the truth: the named scale makes them non-zero in float16
@@ -173,3 +175,73 @@ def test_precision_float16_on_a_model_in_float16_throughout_counts_what_its_back
     (found,) = [f for f in r.findings if f.code == "GA330"]
     assert "x" in found.sources and "w" in found.sources, found.message
     assert "op(s) computing in float16" in r.notes_of("precision")[0]
+
+
+class Saturated(tf.Module):
+    """tanh(x @ w) computed in float16, w large: tanh rounds to 1 for most entries, so 1 - tanh² is exactly zero in
+    the model's own backward while the exact derivative is about 1e-6 to 1e-30: a rounding, not an underflow (a
+    power-of-two loss scale leaves it zero)."""
+
+    def __init__(self):
+        self.w = tf.Variable(np.random.default_rng(3).standard_normal((4, 16)).astype("float32") * 8, name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        h = tf.tanh(tf.matmul(tf.cast(x, tf.float16), tf.cast(self.w, tf.float16)))
+        return {"y": tf.reduce_sum(tf.cast(h, tf.float32), -1)}
+
+
+def _bfloat16_saturated(path: str) -> str:
+    """A Keras mixed_bfloat16 model whose first tanh layer saturates (bfloat16 keeps 8 bits: tanh rounds to 1 from
+    about 3), exported."""
+    import keras
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        keras.utils.set_random_seed(0)
+        inp = keras.Input((8,))
+        h = keras.layers.Dense(32, activation="tanh", kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))(inp)
+        out = keras.layers.Activation("softmax", dtype="float32")(keras.layers.Dense(10)(h))
+        keras.Model(inp, out).export(path, verbose=False)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return path
+
+
+def _zeros_kept_at_scale(path: str, name: str, shape: tuple[int, ...], scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """(the loaded model's own gradient of its first variable named `name`, the same with the cotangent × scale):
+    TensorFlow's own half-precision backward, at the point and cotangent given."""
+    loaded = tf.saved_model.load(path)
+    fn = loaded.signatures["serving_default"]
+    (key,) = fn.structured_input_signature[1]
+    x = tf.constant(np.random.default_rng(1).standard_normal(shape), tf.float32)
+    candidates = list(getattr(loaded, "variables", None) or [loaded.w])  # a Keras export lists its variables
+    var = next(v for v in candidates if name in v.name and v.dtype == tf.float32 and len(v.shape) == 2)
+    grads = []
+    for factor in (1.0, scale):
+        with tf.GradientTape() as tape:
+            out = next(iter(fn(**{key: x}).values()))
+        grads.append(tape.gradient(out, var, output_gradients=tf.fill(tf.shape(out), factor)).numpy())
+    return grads[0], grads[1]
+
+
+@pytest.mark.parametrize("kind", ["float16 module", "keras mixed_bfloat16"])
+def test_gradient_zeros_that_a_loss_scale_keeps_are_rounding_not_underflow(tmp_path, kind):
+    """A model in a half precision whose own gradient is exactly zero where its float64 copy's is not, because the
+    dtype rounds (a saturated tanh), not because anything underflowed: no GA330 and no loss scale for it (tester
+    9's m3a); the rows hold the evidence (zero inside, none rescued at the scale tried) and a note says so."""
+    if kind == "float16 module":
+        path, target, name, shape = save_module(Saturated(), str(tmp_path / "sat")), "float16", "w", (2, 4)
+    else:
+        path, target, name, shape = _bfloat16_saturated(str(tmp_path / "sat_bf16")), "bfloat16", "dense", (2, 8)
+    own, scaled = _zeros_kept_at_scale(path, name, shape, 2.0 ** 8)
+    assert np.any(own == 0) and np.array_equal(own == 0, scaled == 0)  # the truth: the scale brings none back
+    r = audit_saved_model(path, AuditOptions(precision=target))
+    assert not [f for f in r.findings if f.code in ("GA330", "GA331")], [f.message for f in r.findings]
+    rows = [p for p in r.precision if p.kind == "gradient" and p.scale is None and p.zero_inside]
+    assert rows and all(p.zero_rescued == 0.0 and p.rescue_scale for p in rows), rows
+    assert any("rounding" in n and "no loss scale brings them back" in n for n in r.notes_of("precision"))
+    default = audit_saved_model(path, AuditOptions())  # the probes' comparison of the two gradients alike
+    assert not [f for f in default.findings if f.code == "GA330"], [f.message for f in default.findings]
+    if kind == "float16 module":  # saturated at the probe points too
+        assert any("rounding" in n.text and "no loss scale brings them back" in n.text for n in default.notes)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, Severity
-from .precision_math import pct
+from .precision_math import LOST, pct
 
 # A float32 gradient further than this from the exact one (relative, norm over the source) is not what the model
 # should train with; below it float32 rounding of a long chain can account for it.
@@ -117,6 +117,9 @@ class Comparison:
     # are exactly zero while the float64 copy's are not (underflowed inside): (share, smallest lost |g|, where)
     underflow: dict[str, tuple[float, float, str]] = field(default_factory=dict)
     largest64: dict[str, float] = field(default_factory=dict)  # per source, the largest |g| of the float64 copy
+    # per source, the point where the most of its entries are zero in the model's gradient and not in the float64
+    # copy's, and stay zero at a loss scale: the half precision's rounding, not an underflow (share, where)
+    rounded: dict[str, tuple[float, str]] = field(default_factory=dict)
     half: str | None = None  # that compute dtype
 
 
@@ -341,13 +344,15 @@ def half_inside(prober) -> str | None:
 
 def compare_underflow(prober, point: dict[str, np.ndarray], where: str, into: Comparison) -> None:
     """For a model computing in a half precision inside: the gradient entries that are exactly zero in the model's
-    gradient while its float64 copy's are not (and are no rounding of a zero there): they underflowed inside. One
+    gradient while its float64 copy's are not (and are no rounding of a zero there), and that its own gradient at
+    a loss scale brings back: they underflowed inside (one that stays zero is the dtype's rounding, `rounded`). One
     GA330 per source at the end (`merged`), with the loss scale that brings them into range."""
     _, g = prober.gradients(point, with_variables=True)
     at = prober.float64_gradients(point, None, with_variables=True)
     if at is None:
         return
     into.points += 1
+    back = _scaled_back(prober, point, g, at[1], into.half or "float16")
     for s, a in g.items():
         b = at[1].get(s)
         if a is None or b is None or np.shape(a) != np.shape(b) or not (np.all(np.isfinite(a))
@@ -360,16 +365,38 @@ def compare_underflow(prober, point: dict[str, np.ndarray], where: str, into: Co
         if not n:
             continue
         into.largest64[s] = max(into.largest64.get(s, 0.0), top)
-        lost = exact & (np.asarray(a) == 0)
+        zero = exact & (np.asarray(a) == 0)
+        lost = zero & back.get(s, True)
+        rounded = int(np.count_nonzero(zero & ~lost)) / n
+        if rounded > into.rounded.get(s, (0.0, ""))[0]:
+            into.rounded[s] = (rounded, where)
         share = int(np.count_nonzero(lost)) / n
         if share and share > into.underflow.get(s, (0.0, 0.0, ""))[0]:
             into.underflow[s] = (share, float(mags[lost].min()), where)
 
 
+def _scaled_back(prober, point: dict[str, np.ndarray], own: dict, exact: dict, half: str) -> dict[str, np.ndarray]:
+    """Per source, the entries of the model's own gradient that its gradient at a loss scale makes finite and
+    nonzero, when some entry is zero in its own and not in the float64 copy's (else nothing to tell apart)."""
+    from .precision_math import rescue_scale, settled_loss_scale
+
+    zero = [s for s, a in own.items() if a is not None and exact.get(s) is not None and np.shape(a) == np.shape(
+        exact[s]) and np.any((np.asarray(a) == 0) & (np.asarray(exact[s]) != 0))]
+    if not zero:
+        return {}
+    top = max(float(np.max(np.abs(np.asarray(b, np.float64)), initial=0.0)) for b in exact.values() if b is not None)
+    factor = rescue_scale(settled_loss_scale(top, half), prober.u, half)
+    if factor is None:
+        return {}
+    scaled = prober.scaled_gradients(point, factor)
+    return {s: np.isfinite(np.asarray(scaled[s], np.float64)) & (np.asarray(scaled[s]) != 0) for s in zero
+            if scaled.get(s) is not None and np.shape(scaled[s]) == np.shape(own[s])}
+
+
 def underflow_findings(into: Comparison) -> list[Finding]:
     """One GA330 per source whose gradient lost at least LOST of its entries inside the model's half precision."""
     from ..rules import hazards as rules
-    from .precision_math import LOST, limits, power_of_two, settled_loss_scale
+    from .precision_math import limits, power_of_two, settled_loss_scale
 
     dtype = into.half or "float16"
     found = []
@@ -551,9 +578,17 @@ def summary(into: Comparison) -> list[str]:
     lines = []
     if into.half is not None:
         lost = [s for s, (share, _, _) in into.underflow.items() if share > 0]
-        if not lost:
+        rounded = sorted((s, share, where) for s, (share, where) in into.rounded.items() if share >= LOST)
+        if not lost and not rounded:
             lines.append(f"The model computes in {into.half} inside: no gradient entry is zero where its float64 "
                          f"copy's is not, at {into.points} point(s) (nothing underflowed inside).")
+        if rounded:
+            lines.append(f"The model computes in {into.half} inside, and its own gradient is exactly zero where its "
+                         "float64 copy's is not, also with the cotangent scaled by a loss scale: "
+                         + ", ".join(f"{s} {pct(share)} at {where}" for s, share, where in rounded)
+                         + f". A power-of-two scale changes nothing but under- and overflow, so these are "
+                           f"{into.half}'s rounding (a cancellation, a saturated activation), not an underflow: no "
+                           "loss scale brings them back.")
         return lines
     if into.ops_checked and not into.findings:
         lines.append(f"The float32 gradient of each of {into.ops_checked} op(s) agrees with its float64 kernel's at "

@@ -11,7 +11,7 @@ large factor) is not seen here, only the gradients that reach the sources.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,17 @@ import numpy as np
 from ..model import Finding, OpRef, PrecisionResult, Severity
 from ..rules import hazards as rules
 from .forensics import Forensics
-from .precision_math import LOST, Classes, classify, limits, magnitudes, pct, power_of_two, settled_loss_scale
+from .precision_math import (
+    LOST,
+    Classes,
+    classify,
+    limits,
+    magnitudes,
+    pct,
+    power_of_two,
+    rescue_scale,
+    settled_loss_scale,
+)
 
 # Ops whose output is not computed: the frozen graph's inputs and its variables as constants.
 NOT_COMPUTED = frozenset({"Const", "Placeholder"})
@@ -135,9 +145,8 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
             if exact is None:
                 outcome.results.extend(_gradient_rows(grads, names, target, scale))
             else:
-                # zeros of the model's own gradient are its own dtype's losses: `target`'s only when they are one
-                outcome.results.extend(_gradient_rows(exact.at(point, u), names, target, scale, own=grads,
-                                                      inside=islands))
+                outcome.results.extend(_own_dtype_rows(exact.at(point, u), grads, (runs, point, u),
+                                                       (names, target, scale, islands)))
             if failed is not None:
                 forward = False
                 outcome.incomplete.append(f"--precision {target}: the ops' outputs were not checked: TensorFlow "
@@ -149,6 +158,7 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
     base_rows = [r for r in outcome.results if r.kind == "gradient" and r.scale is None]
     outcome.findings.extend(_gradient_findings(base_rows, target))
     outcome.findings.extend(_activation_findings(causes, target))
+    outcome.notes.extend(_rounding_notes(base_rows, target))
     if not outcome.findings and not outcome.incomplete:
         outcome.notes.append(_all_fit(base_rows, target, kept))
 
@@ -261,6 +271,28 @@ class PointRuns:
         self._done.append((point, result))
         return result
 
+    def gradients(self, point: dict[str, np.ndarray], u: dict[str, np.ndarray]) -> dict:
+        """The gradients by source at a point already run, for another cotangent `u` (a loss scale's): one more
+        gradient pass, the way that point's was computed."""
+        from .probes import dense
+
+        frozen = self.frozen
+        if self.together and isinstance(frozen, FrozenRuns) and frozen.ready:
+            return {k: dense(g) for k, g in frozen.values_and_gradients(point, u)[0].items()}
+        return self._runner_gradients(point, u)
+
+    def _runner_gradients(self, point: dict[str, np.ndarray], u: dict[str, np.ndarray]) -> dict:
+        """The loaded model's gradient pass at a point (numeric.runner.Runner, made on first use)."""
+        from ..numeric.runner import Runner
+        from .probes import dense
+
+        inputs, variables, outputs = self.sources
+        if self._runner is None:
+            self._runner = Runner(self.fn, self.base, inputs, variables, outputs)
+        self._runner.move_to(point, self._runner.var_base)
+        _, g_in, g_var = self._runner.gradient(u)
+        return {**{k: dense(g) for k, g in g_in.items()}, **{v: dense(g) for (v, _), g in zip(variables, g_var)}}
+
     def _together(self, point: dict[str, np.ndarray]) -> tuple[dict, list, str | None] | None:
         from .probes import dense
 
@@ -279,15 +311,9 @@ class PointRuns:
         return {k: dense(g) for k, g in grads.items()}, values, None
 
     def _apart(self, point: dict[str, np.ndarray], forward: bool) -> tuple[dict, list, str | None]:
-        from ..numeric.runner import Runner, describe
-        from .probes import dense
+        from ..numeric.runner import describe
 
-        inputs, variables, outputs = self.sources
-        if self._runner is None:
-            self._runner = Runner(self.fn, self.base, inputs, variables, outputs)
-        self._runner.move_to(point, self._runner.var_base)  # one gradient pass per point
-        _, g_in, g_var = self._runner.gradient(self.u)
-        grads = {**{k: dense(g) for k, g in g_in.items()}, **{v: dense(g) for (v, _), g in zip(variables, g_var)}}
+        grads = self._runner_gradients(point, self.u)  # one gradient pass per point
         if not forward:
             return grads, [], None
         try:
@@ -387,11 +413,48 @@ def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target
             for s, c in classes.items()]
 
 
-def _zero_inside(exact, own) -> float | None:
+def _own_dtype_rows(exact: dict, own: dict, at: tuple, spec: tuple) -> list[PrecisionResult]:
+    """The gradient rows of a model that computes in a half precision already: `exact` its float64 copy's
+    gradients, `own` its own at the point `at` = (runs, point, cotangent), `spec` = (names, target, scale, islands).
+    Zeros of its own gradient are its own dtype's losses, `target`'s only when they are one (`islands`); those are
+    told apart by its own gradient at the loss scale: an underflow comes back, a rounding to zero does not. The
+    entries it rounds to zero are left out of the counts (no loss scale changes them; `_rounding_notes` says them),
+    so that no finding promises a scale for them."""
+    names, target, scale, islands = spec
+    rows = _gradient_rows(exact, names, target, scale, own=own, inside=islands)
+    factor = rescue_scale(rows[0].loss_scale if rows else None, at[2], target) if any(
+        r.zero_inside for r in rows) else None
+    if factor is None:
+        return rows
+    runs, point, u = at
+    scaled = runs.gradients(point, {o: v * factor for o, v in u.items()})
+    kept = {s: g if g is None else np.where(_rounded(g, own.get(s), scaled.get(s)), 0.0, g) for s, g in exact.items()}
+    counted = {r.name: r for r in _gradient_rows(kept, names, target, scale)}
+    return [replace(counted.get(r.name, r), reference=r.reference, zero_inside=r.zero_inside, rescue_scale=factor,
+                    zero_rescued=_zero_inside(exact[r.name], own.get(r.name), scaled.get(r.name)))
+            if r.zero_inside else r for r in rows]
+
+
+def _rounded(exact, own, scaled) -> np.ndarray | bool:
+    """The entries of the exact gradient that are nonzero, zero in the model's own, and not finite and nonzero in
+    its own at a loss scale: rounded to zero inside it (False where the three cannot be compared)."""
+    if own is None or scaled is None or not np.shape(exact) == np.shape(own) == np.shape(scaled):
+        return False
+    back = np.isfinite(np.asarray(scaled, np.float64)) & (np.asarray(scaled) != 0)
+    return (np.asarray(exact) != 0) & (np.asarray(own) == 0) & ~back
+
+
+def _zero_inside(exact, own, scaled=None) -> float | None:
     """The fraction of the exact gradient's nonzero entries (no rounding of a zero: above 1e-12 of its largest)
-    that are exactly zero in the model's own gradient; None where the two cannot be compared entry by entry."""
+    that are exactly zero in the model's own gradient, and with `scaled` (its own gradient at a loss scale) finite
+    and nonzero there; None where they cannot be compared entry by entry."""
     if own is None or np.shape(own) != np.shape(exact):
         return None
+    if scaled is not None:
+        if np.shape(scaled) != np.shape(exact):
+            return None
+        back = np.isfinite(np.asarray(scaled, np.float64)) & (np.asarray(scaled) != 0)
+        own = np.where(back, own, np.ones_like(own))  # an entry zero at scale 1 counts only if it came back
     mags = np.abs(np.asarray(exact, np.float64))
     finite = np.isfinite(mags) & np.isfinite(np.asarray(own, np.float64))
     top = float(mags[finite].max(initial=0.0))
@@ -401,8 +464,9 @@ def _zero_inside(exact, own) -> float | None:
 
 
 def _lost(r: PrecisionResult) -> float:
-    """The fraction of a source's gradient entries zero at loss scale 1: after the cast, or already inside."""
-    return max(r.underflow, r.zero_inside or 0.0)
+    """The fraction of a source's gradient entries zero at loss scale 1: after the cast, or already inside (zero
+    in the model's own gradient, and nonzero at a loss scale: an underflow, not a rounding)."""
+    return max(r.underflow, r.zero_rescued or 0.0)
 
 
 def _only_shared(shared: float | None, alone: float | None) -> float:
@@ -458,14 +522,15 @@ def _rescued_finding(rows: list[PrecisionResult], target: str, scale: float | No
     rescued = [r for r in rows if scale is not None and _lost(r) - (r.underflow_scaled or 0) >= LOST]
     if not rescued:
         return None
-    inside = [r for r in rescued if r.zero_inside]
+    inside = [r for r in rescued if r.zero_rescued]
     return rules.GradientUnderflow.finding(
         f"In {target}, gradient entries flush to zero (below {limits(target).smallest_subnormal:.3g} after the cast) "
         f"at loss scale 1: " + ", ".join(f"{r.name} {pct(_lost(r))} (smallest nonzero |g| {r.smallest:.3g})"
                                          for r in rescued)
         + ("" if not inside else
            f" (the model computes in {target} already: exactly zero in its own gradient where its float64 copy's are "
-           "not, " + ", ".join(f"{r.name} {pct(r.zero_inside)}" for r in inside if r.zero_inside) + ")")
+           f"not, and nonzero with the cotangent × {power_of_two(inside[0].rescue_scale)}, "  # type: ignore[arg-type]
+           + ", ".join(f"{r.name} {pct(r.zero_rescued)}" for r in inside if r.zero_rescued) + ")")
         + f"; a dynamic loss scale settles on {power_of_two(scale)} (largest |g| "  # type: ignore[arg-type]
           f"{max(r.largest or 0 for r in rows):.3g}), where they are in range",
         sources=[r.name for r in rescued])
@@ -521,6 +586,21 @@ def _activation_findings(causes: dict, target: str) -> list[Finding]:
                 f"{target} at {where}", op=op,
                 severity=None if own else Severity.INFO))
     return found
+
+
+def _rounding_notes(rows: list[PrecisionResult], target: str) -> list[str]:
+    """A line on the entries a model computing in `target` rounds to zero in its own gradient (zero where its
+    float64 copy's are not, and still zero at a loss scale): precision lost, which no loss scale brings back."""
+    rounded = [(r, (r.zero_inside or 0) - (r.zero_rescued or 0)) for r in rows if r.rescue_scale is not None]
+    rounded = [(r, share) for r, share in rounded if share >= LOST]
+    if not rounded:
+        return []
+    return [f"Precision {target}: the model computes in {target} already, and its own gradient at its own point is "
+            f"exactly zero where its float64 copy's is not, also with the cotangent × "
+            f"{power_of_two(rounded[0][0].rescue_scale)}: "  # type: ignore[arg-type]
+            + ", ".join(f"{r.name} {pct(share)}" for r, share in rounded)
+            + f". A power-of-two scale changes nothing but under- and overflow, so these are {target}'s rounding "
+              "(a cancellation, a saturated activation), not an underflow: no loss scale brings them back."]
 
 
 def _all_fit(rows: list[PrecisionResult], target: str, scales: list[float]) -> str:

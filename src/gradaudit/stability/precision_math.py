@@ -124,6 +124,18 @@ def settled_loss_scale(largest: float | None, target: str) -> float | None:
     return 2.0 ** k
 
 
+def rescue_scale(loss_scale: float | None, u: dict[str, np.ndarray], target: str) -> float | None:
+    """The power of two a model computing in `target` has its cotangent `u` scaled by, to tell an entry of its
+    own gradient that underflowed to zero (it comes back) from one it rounded to zero (a power-of-two scale
+    changes nothing but under- and overflow: it stays zero): the loss scale, kept below what overflows the largest
+    cotangent entry in `target`. None without a loss scale."""
+    if loss_scale is None:
+        return None
+    top = max((float(np.max(np.abs(v), initial=0.0)) for v in u.values()), default=0.0)
+    room = limits(target).largest / (4 * top) if top > 0 else loss_scale
+    return float(min(loss_scale, 2.0 ** math.floor(math.log2(room))))
+
+
 def power_of_two(scale: float) -> str:
     """`2**15`, `2**-3`: how a loss scale is written."""
     return f"2**{round(math.log2(scale))}"

@@ -246,10 +246,7 @@ class Prober:
                   var_values: list[np.ndarray] | None = None, with_variables: bool = True):
         """(outputs, {source: float64 gradient, None where TensorFlow gives none}) of u·f at `point`
         (every signature input) and `var_values` (default: the variables' own values)."""
-        runner = self.runner(output, f64, with_variables)
-        var_values = self.base_vars if var_values is None else var_values
-        runner.move_to({k: np.asarray(v, runner.input_dtypes[k].as_numpy_dtype) for k, v in point.items()},
-                       [np.asarray(v, b.dtype.as_numpy_dtype) for v, b in zip(var_values, runner.var_base)])
+        runner = self._runner_at(point, (output, f64, with_variables), var_values)
         u = self.u if output is None else {output: self.u[output]}
         out, g_in, g_var = runner.gradient(u)
         if output is None:
@@ -259,6 +256,22 @@ class Prober:
                 self._last = (out, g_in, g_var)
         grads = {**g_in, **dict(zip(self.var_names if with_variables else [], g_var))}
         return out, {k: dense(g) for k, g in grads.items()}
+
+    def scaled_gradients(self, point: dict[str, np.ndarray], factor: float) -> dict[str, np.ndarray | None]:
+        """{source: gradient} of (factor·u)·f at `point` in the model's own precision: the backward a loss scale
+        `factor` runs (a power of two), not divided back."""
+        _, g_in, g_var = self._runner_at(point, (None, False, True), None).gradient(
+            {o: v * factor for o, v in self.u.items()})
+        return {k: dense(g) for k, g in {**g_in, **dict(zip(self.var_names, g_var))}.items()}
+
+    def _runner_at(self, point: dict[str, np.ndarray], kind: tuple, var_values: list[np.ndarray] | None):
+        """The runner of `kind` = (output, f64, with_variables), moved to `point` and `var_values` (default: the
+        variables' own values)."""
+        runner = self.runner(*kind)
+        var_values = self.base_vars if var_values is None else var_values
+        runner.move_to({k: np.asarray(v, runner.input_dtypes[k].as_numpy_dtype) for k, v in point.items()},
+                       [np.asarray(v, b.dtype.as_numpy_dtype) for v, b in zip(var_values, runner.var_base)])
+        return runner
 
     def float64(self) -> bool:
         """Load the float64 copy once; False (with a note) when it cannot be made."""
