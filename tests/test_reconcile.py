@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import save_module
@@ -171,3 +172,35 @@ def test_a_piecewise_constant_cut_beside_a_stop_gradient_is_named_and_explains_n
     assert x_rows and all(n.status == "pass" and "StopGradient" in n.reason and "made an identity" in n.reason
                           for n in x_rows)
     assert report.verdict() == "fail"  # w never gets a gradient: GA103
+
+
+@pytest.mark.parametrize("op_type", ["Round", "Floor", "Sign"])
+@pytest.mark.parametrize("factor", [1.0, 1.05])
+def test_a_piecewise_constant_path_does_not_excuse_a_wrong_custom_gradient_beside_it(tmp_path, op_type, factor):
+    """`piece(3x) + f(x)` with f's custom gradient right or 5% off: the piecewise op's zero gradient is what finite
+    differences see too (its derivative is zero almost everywhere), so it explains no mismatch; a wrong f fails,
+    a right one passes."""
+    piece = {"Round": tf.round, "Floor": tf.floor, "Sign": tf.sign}[op_type]
+
+    @tf.custom_gradient
+    def act(h):
+        return tf.sin(h), lambda dy: dy * tf.cos(h) * factor
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([2, 4], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": piece(3 * x) + act(x)}
+
+    path = save_module(M(), str(tmp_path / f"{op_type}_{factor}"))
+    x = tf.constant(np.random.default_rng(2).standard_normal((2, 4)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(tf.saved_model.load(path).signatures["serving_default"](x=x)["y"])
+    truth = np.cos(x.numpy().astype(np.float64))  # the derivative almost everywhere: the piecewise term adds none
+    wrong = not np.allclose(tape.gradient(y, x).numpy(), truth, rtol=1e-3)
+    assert wrong is (factor != 1.0)
+    report = audit_saved_model(path, AuditOptions())
+    errors = [f for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value == "error"]
+    assert bool(errors) is wrong, [f.message for f in report.findings]
+    assert report.verdict() == ("fail" if wrong else "pass")
+    assert not [n for n in report.numeric if n.expected_by and op_type in n.expected_by]

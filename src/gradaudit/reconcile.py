@@ -301,12 +301,11 @@ def explain_mismatches(findings: list[Finding], numeric: list[NumericResult], va
     of the variables together ("*") is explained by such a cut only when it crosses one of them partially (a
     variable the cut blocks entirely is not in that check). Cuts the flow does not record (a sampler's
     estimator, a variable the signature writes) explain it as before. `flat`: the cuts' ops that are piecewise
-    constant where they cut, whose zero gradient finite differences see too: another cut on the pair explains
-    a mismatch first (round(h) + stop_gradient(h) differs by what the stop_gradient leaves out)."""
+    constant where they cut: their zero gradient is the derivative finite differences see too, so they explain
+    no mismatch (round(3x) + f(x) with a wrong custom gradient for f differs by f's error, not by the Round)."""
     # static cuts make TensorFlow's gradient differ from the forward's derivative on purpose (or are
     # already reported by the static pass)
-    cuts = sorted((f for f in findings if get_rule(f.rule).explains_mismatch and f.op is not None),
-                  key=lambda f: f.op in flat)
+    cuts = [f for f in findings if get_rule(f.rule).explains_mismatch and f.op is not None and f.op not in flat]
 
     def cut_for(source: str, outputs: tuple[str, ...]) -> Finding | None:
         for c in cuts:
