@@ -200,7 +200,8 @@ def _bfloat16_saturated(path: str) -> str:
     try:
         keras.utils.set_random_seed(0)
         inp = keras.Input((8,))
-        h = keras.layers.Dense(32, activation="tanh", kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))(inp)
+        wide = keras.initializers.RandomNormal(stddev=2.0)
+        h = keras.layers.Dense(32, activation="tanh", kernel_initializer=wide)(inp)
         out = keras.layers.Activation("softmax", dtype="float32")(keras.layers.Dense(10)(h))
         keras.Model(inp, out).export(path, verbose=False)
     finally:
