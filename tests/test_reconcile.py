@@ -204,3 +204,40 @@ def test_a_piecewise_constant_path_does_not_excuse_a_wrong_custom_gradient_besid
     assert bool(errors) is wrong, [f.message for f in report.findings]
     assert report.verdict() == ("fail" if wrong else "pass")
     assert not [n for n in report.numeric if n.expected_by and op_type in n.expected_by]
+
+
+@pytest.mark.parametrize("where", ["behind the cut", "on both paths"])
+def test_a_wrong_custom_gradient_behind_a_stop_gradient_is_never_run_and_never_blamed(tmp_path, where):
+    """`tanh(z) + stop_gradient(bad(z))`, bad's custom gradient 25% off: the model never runs it (tester 10's m17),
+    so its gradient is the tanh path's, which is right; the copy without the cut differentiates bad's forward
+    there, not its custom gradient. The twin that also uses bad(z) on the live path runs it, and fails."""
+
+    @tf.custom_gradient
+    def bad(h):
+        return h * h, lambda dy: dy * 2.5 * h
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(tf.random.stateless_normal([3, 3], [2, 9]), name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([2, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            z = x @ self.w
+            live = tf.tanh(z) + (0.1 * bad(z) if where == "on both paths" else 0.0)
+            return {"y": live + tf.stop_gradient(bad(z))}
+
+    path = save_module(M(), str(tmp_path / where.replace(" ", "_")))
+    loaded = tf.saved_model.load(path)
+    x = tf.constant(np.random.default_rng(4).standard_normal((2, 3)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(loaded.signatures["serving_default"](x=x)["y"])
+    z = x.numpy().astype(np.float64) @ loaded.w.numpy().astype(np.float64)
+    live = 1 - np.tanh(z) ** 2 + (0.2 * z if where == "on both paths" else 0.0)  # d(live)/dz, the true derivative
+    truth = live @ loaded.w.numpy().astype(np.float64).T
+    right = np.allclose(tape.gradient(y, x).numpy(), truth, rtol=1e-4, atol=1e-6)
+    assert right is (where == "behind the cut")
+    report = audit_saved_model(path, AuditOptions())
+    errors = [f for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value == "error"]
+    assert bool(errors) is not right, [f.message for f in report.findings]
+    assert report.verdict() == ("pass" if right else "fail")

@@ -90,6 +90,12 @@ class StaticAnalysis:
     def output_names(self, mask: int) -> list[str]:
         return [self.outputs[j].name for j in self.output_tensor if mask >> j & 1]
 
+    def custom_gradients_behind_cuts(self) -> list[OpRef]:
+        """The saved custom gradients whose results reach an output by value but along no gradient-carrying edge:
+        behind a cut (a stop_gradient), where the model never runs them."""
+        return [node.ref for node in self.graph.ops.values() if node.custom_gradient and node.custom_gradient_saved
+                and self.op_masks(node)[1] and not self.op_masks(node, grad=True)[1]]
+
     def op_masks(self, node: OpNode, grad: bool = False) -> tuple[int, int]:
         """(sources reaching the op, outputs its results reach): by value, or along gradient edges."""
         reach, to_output = (self.reach_grad, self.to_output_grad) if grad else (self.reach_value,

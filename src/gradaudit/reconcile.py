@@ -329,13 +329,16 @@ def explain_mismatches(findings: list[Finding], numeric: list[NumericResult], va
             measured.setdefault(cut.op, _measurement(f).rstrip(". "))
         out_findings.append(_explained(f, cut, findings) if cut is not None else f)
     out_findings = [_missed_part_measured(f, measured[f.op]) if f.op in measured else f for f in out_findings]
-    out_numeric = []
-    for n in numeric:
-        cut = cut_for(n.source, n.outputs.names) if n.status == "fail" and n.expected_by is None else None
-        if cut is not None and cut.op is not None:
-            # a sampler's estimator cannot be judged by differences at a fixed seed: inconclusive, not a fail
-            n = replace(n, status="inconclusive" if cut.rule == "sampler-gradient" else n.status,
-                        reason=f"expected: {cut.op.short} ({cut.rule}) explains it",
-                        expected_by=f"{cut.op.short} ({cut.rule})")
-        out_numeric.append(n)
+    out_numeric = [_row_explained(n, cut_for(n.source, n.outputs.names))
+                   if n.status == "fail" and n.expected_by is None else n for n in numeric]
     return out_findings, out_numeric
+
+
+def _row_explained(n: NumericResult, cut: Finding | None) -> NumericResult:
+    """A failing numeric row that `cut` explains (None: none does) says so; a sampler's estimator cannot be judged
+    by differences at a fixed seed: inconclusive, not a fail."""
+    if cut is None or cut.op is None:
+        return n
+    return replace(n, status="inconclusive" if cut.rule == "sampler-gradient" else n.status,
+                   reason=f"expected: {cut.op.short} ({cut.rule}) explains it",
+                   expected_by=f"{cut.op.short} ({cut.rule})")

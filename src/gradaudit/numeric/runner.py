@@ -87,7 +87,8 @@ class Loaded:
             self.tmpdir.cleanup()
 
 
-def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool, without_cuts: bool = False) -> Loaded:
+def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool, without_cuts: bool = False,
+         behind: frozenset[tuple[str, str]] = frozenset()) -> Loaded:
     import tensorflow as tf
 
     tag_list = list(tags) if tags else None
@@ -96,7 +97,7 @@ def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool, without_cut
         return Loaded(obj, obj.signatures[info.signature])
     tmp = tempfile.TemporaryDirectory(prefix="gradaudit-f64-")
     try:
-        write_float64_copy(info, tmp.name, without_cuts)
+        write_float64_copy(info, tmp.name, without_cuts, behind)
         obj = tf.saved_model.load(tmp.name, tags=tag_list,
                                   options=tf.saved_model.LoadOptions(experimental_skip_checkpoint=True))
         fn = obj.signatures[info.signature]
@@ -326,14 +327,17 @@ class UncutDerivative:
     custom gradients. On a pair that a cut crosses, a mismatch is the cut's alone when this agrees with the
     finite differences."""
 
-    def __init__(self, loads: ModelLoads, input_sources: list[str], var_names: list[str], float_outputs: list[str]):
+    def __init__(self, loads: ModelLoads, input_sources: list[str], var_names: list[str], float_outputs: list[str],
+                 behind: frozenset[tuple[str, str]] = frozenset()):
+        """`behind`: (function, node) of the custom gradients the model never runs (behind a cut): the copy
+        differentiates their forward, since making the cut an identity would run them there alone."""
         self.loads, self.input_sources = loads, input_sources
-        self.var_names, self.float_outputs = var_names, float_outputs
+        self.var_names, self.float_outputs, self.behind = var_names, float_outputs, behind
         self._runners: dict[tuple, Runner] = {}  # by the inputs' shapes
 
     def __call__(self, u: dict[str, np.ndarray], inputs: dict[str, Any], var_values: list[Any],
                  in_dirs: dict[str, np.ndarray], var_dirs: dict[int, np.ndarray]) -> float:
-        loaded = self.loads.uncut()
+        loaded = self.loads.uncut(self.behind)
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
         key = tuple(sorted((k, v.shape) for k, v in arrays.items()))
         if key not in self._runners:
@@ -382,10 +386,11 @@ class ModelLoads:
         """Whether that model is loaded already (nothing is loaded here)."""
         return float64 in self._loaded
 
-    def uncut(self) -> Loaded:
-        """The float64 copy with every stop_gradient made an identity (`upcast.write_float64_copy`), loaded on
-        first use: whether a cut explains a mismatch is checked on it."""
-        return self._once("uncut", lambda: load(self.info, self.tags, True, without_cuts=True))
+    def uncut(self, behind: frozenset[tuple[str, str]] = frozenset()) -> Loaded:
+        """The float64 copy with every stop_gradient made an identity and the custom gradients `behind` them
+        ((function, node)) differentiated as their forward (`upcast.write_float64_copy`), loaded on first use:
+        whether a cut explains a mismatch is checked on it."""
+        return self._once("uncut", lambda: load(self.info, self.tags, True, without_cuts=True, behind=behind))
 
     def _once(self, key: bool | str, make) -> Loaded:
         """The copy `key`, made by `make()` on first use; a copy that failed raises the same error again."""

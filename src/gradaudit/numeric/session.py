@@ -85,6 +85,8 @@ class Plan:
                               and s.name in specs and specs[s.name].dtype.is_floating]
         self.variable_sources = [s.name for s in sources if s.kind == "variable" and s.differentiable]
         self.native = self._native_dtype(out_dtypes, sources)
+        # (function, node) of the saved custom gradients the model never runs (behind a cut; run_session sets it)
+        self.behind_cuts: frozenset[tuple[str, str]] = frozenset()
         self._read_flow(flow)
 
     def _native_dtype(self, out_dtypes: dict[str, Any], sources: list[Source]) -> str:
@@ -177,6 +179,8 @@ def _point(plan: Plan, options: NumericOptions, domains: Domains) -> dict[str, n
 def run_session(loads: ModelLoads, task: NumericTask, domains: Domains | None = None) -> NumericOutcome:
     info = loads.info
     plan = Plan(info, task.sources, task.outputs, task.flow, domains)
+    if task.analysis is not None:
+        plan.behind_cuts = frozenset((r.function, r.op_name) for r in task.analysis.custom_gradients_behind_cuts())
     point = _point(plan, task.options, plan.domains)
     if isinstance(point, NumericOutcome):
         return point
@@ -362,8 +366,8 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
                         floor=floor_for(dtype), resolution=RESOLUTION, op_types=model.op_types,
                         custom_gradients=model.custom_gradients, domains=plan.domains,
                         given=given_inputs(options.inputs_file), stopped=plan.stopped,
-                        uncut=UncutDerivative(loads, plan.input_sources, [n for n, _ in variables], plan.float_outputs)
-                        if loads is not None and plan.stopped else None)
+                        uncut=UncutDerivative(loads, plan.input_sources, [n for n, _ in variables], plan.float_outputs,
+                                              plan.behind_cuts) if loads is not None and plan.stopped else None)
     checker = Checker(runner, settings, np.random.default_rng([options.seed, 1]), session.progress)
     try:
         checker.run(groups, random_ops(model.op_types))

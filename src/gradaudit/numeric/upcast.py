@@ -157,21 +157,28 @@ def _attr_types(node, attr) -> tuple[int, ...]:
     return tuple(value.list.type) if value is not None else tuple(attr.default_value.list.type)
 
 
-def _without_cuts(meta) -> None:
+def _without_cuts(meta, behind: frozenset[tuple[str, str]]) -> None:
     """In place: every StopGradient and PreventGradient becomes an Identity, so that the copy's gradient is the
-    derivative of its forward (custom gradients stay as they are)."""
-    nodes = list(meta.graph_def.node) + [n for f in meta.graph_def.library.function for n in f.node_def]
-    for node in nodes:
+    derivative of its forward. Custom gradients stay as they are, except those `behind` the cuts ((function, node)
+    of the ones the model never runs: TensorFlow differentiates their forward instead, as the finite differences
+    see it), which would otherwise be run by this copy alone."""
+    nodes = [("", n) for n in meta.graph_def.node]
+    nodes += [(f.signature.name, n) for f in meta.graph_def.library.function for n in f.node_def]
+    for function, node in nodes:
         if node.op in STOP_OPS:
             node.op = "Identity"
             if "message" in node.attr:
                 del node.attr["message"]
+        elif (function, node.name) in behind and "_gradient_op_type" in node.attr:
+            del node.attr["_gradient_op_type"]
 
 
-def write_float64_copy(info: SavedModelInfo, destination: str, without_cuts: bool = False) -> None:
+def write_float64_copy(info: SavedModelInfo, destination: str, without_cuts: bool = False,
+                       behind: frozenset[tuple[str, str]] = frozenset()) -> None:
     """Write saved_model.pb (and assets) of the float64 copy; it has no checkpoint: load it with
     `experimental_skip_checkpoint=True` and fill the variables with `float64_values`. `without_cuts`: with
-    every stop_gradient made an identity (`_without_cuts`)."""
+    every stop_gradient made an identity, and the custom gradients `behind` them differentiated as their forward
+    (`_without_cuts`)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     copy = saved_model_pb2.SavedModel(saved_model_schema_version=info.proto.saved_model_schema_version)
@@ -181,7 +188,7 @@ def write_float64_copy(info: SavedModelInfo, destination: str, without_cuts: boo
     for fdef in meta.graph_def.library.function:
         _replace_batch_norms(fdef)
     if without_cuts:
-        _without_cuts(meta)
+        _without_cuts(meta, behind)
     os.makedirs(destination, exist_ok=True)
     with open(os.path.join(destination, "saved_model.pb"), "wb") as fh:
         fh.write(copy.SerializeToString())
