@@ -291,10 +291,16 @@ def run_traced(static: StaticResult, traced, options: AuditOptions,
 
 def _numeric_traced(static: StaticResult, traced, options: AuditOptions, saved: _SavedCopy,
                     local: _LocalMode) -> NumericPart:
-    """The numeric checks on the traced function; a large one's decided by the local checks of its saved copy
-    (their ops and findings under the traced graph's names)."""
+    """The numeric checks on the traced function's saved copy, as on a SavedModel (its float64 copy decides where
+    float32 or float16 differences cannot), under the traced graph's names; on the function itself where no
+    float64 copy of it can be made; a large one's decided by the local checks of its saved copy (their ops and
+    findings under the traced graph's names)."""
     from .numeric import run_numeric_function
+    from .numeric.upcast import float64_blockers
 
+    if not local.wanted() and (copy := saved.get()) is not None and saved.loads.info.function is not None \
+            and not float64_blockers(saved.loads.info):
+        return _renamed_numeric(_numeric(copy, saved.path, options, saved.loads, local), saved)
     copy = saved.get() if local.wanted() else None
     checked = _local_checks(copy, options, saved.loads) if copy is not None else None
     task = _numeric_task(static, options, local=checked[1] if checked else None)
@@ -309,6 +315,15 @@ def _numeric_traced(static: StaticResult, traced, options: AuditOptions, saved: 
     return replace(part, findings=found + part.findings,
                    notes=_notes("numeric", stage.notes(outcome, verdict is not None)) + part.notes,
                    local=tuple(replace(c, op=saved.op(c.op)) for c in outcome.checks))
+
+
+def _renamed_numeric(part: NumericPart, saved: _SavedCopy) -> NumericPart:
+    """The numeric checks of the saved copy under the traced graph's names (sources, outputs, ops)."""
+    rename = saved.rename
+    rows = tuple(replace(n, source=rename.get(n.source, n.source), outputs=n.outputs.renamed(rename))
+                 for n in part.results)
+    return replace(part, results=rows, findings=tuple(saved.renamed(f) for f in part.findings),
+                   local=tuple(replace(c, op=saved.op(c.op)) for c in part.local))
 
 
 class _SavedCopy:
