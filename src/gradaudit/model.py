@@ -310,12 +310,15 @@ class LocalCheck:
     evidence: str | None = None
     shared: int = 1
     scale: float | None = None
+    # a custom gradient that failed with its inputs moved together: those (by position in the op's inputs) whose
+    # own check, moved one at a time, fails too; () when not measured (one input) or none fails alone
+    failing_inputs: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"op_type": self.op.op_type, "op_name": self.op.op_name, "function": self.op.function,
                 "kind": self.kind, "status": self.status, "dtype": self.dtype, "rel_error": self.rel_error,
                 "bound": self.bound, "evaluations": self.evaluations, "evidence": self.evidence,
-                "shared": self.shared, "scale": self.scale}
+                "shared": self.shared, "scale": self.scale, "failing_inputs": list(self.failing_inputs)}
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ def _local_checks(static: StaticResult, options: AuditOptions, loads):
         return outcome, None
     if any(f.partial_by for f in static.flow):  # a stop_gradient or a surrogate on a connected pair: the model's
         return outcome, None  # gradient is not its forward's derivative there by design; the whole-model checks say so
-    return outcome, local.verdict(outcome)
+    return outcome, local.verdict(outcome, static.analysis)
 
 
 def _numeric_task(static: StaticResult, options: AuditOptions, progress: Callable[[str], None] | None = None,

@@ -383,3 +383,51 @@ def test_a_custom_gradient_that_computes_an_integer_from_its_input_fails(tmp_pat
     assert report.verdict("error") == "fail"
     rows = [n for n in report.numeric if n.scale is None]
     assert rows and not any("decided by local checks" in (n.evidence or "") for n in rows)
+
+
+@pytest.mark.parametrize("wrong", ["bias", "input"])
+def test_a_custom_gradient_wrong_for_one_input_names_the_sources_of_that_input(tmp_path, wrong):
+    """A custom bias-add whose gradient is 3% off for one of its two inputs (tester 10's m13): checked locally, the
+    inputs are moved one at a time, so the finding and the failing rows name the sources that reach the wrong input
+    (the bias's variable, or the input and the kernel before it), with their own 3% error, and the rows of the
+    sources that reach only the right input pass."""
+    scale_h, scale_b = (1.0, 0.97) if wrong == "bias" else (0.97, 1.0)
+
+    @tf.custom_gradient
+    def bias_add(h, b):
+        return h + b, lambda dy: (scale_h * dy, scale_b * tf.reduce_sum(dy, axis=0))
+
+    class M(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.W = tf.Variable(tf.random.stateless_normal([6, 5], [1, 1]) * 0.3, name="W")
+            self.b = tf.Variable(tf.random.stateless_normal([5], [2, 2]) * 0.1, name="b")
+            self.V = tf.Variable(tf.random.stateless_normal([5, 3], [3, 3]) * 0.3, name="V")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": tf.tanh(bias_add(x @ self.W, self.b)) @ self.V}
+
+    path = str(tmp_path / wrong)
+    m = M()
+    tf.saved_model.save(m, path, signatures=m.__call__.get_concrete_function(),
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+    loaded = tf.saved_model.load(path)
+    x = tf.constant(np.random.default_rng(0).standard_normal((2, 6)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(loaded.signatures["serving_default"](x=x)["y"])
+    g_x, g_b = tape.gradient(y, [x, loaded.b])
+    w, b, v = (np.asarray(t.numpy(), np.float64) for t in (loaded.W, loaded.b, loaded.V))
+    dz = (1 - np.tanh(x.numpy() @ w + b) ** 2) * v.sum(axis=1)  # the true derivative, float64
+    assert np.allclose(g_b.numpy(), dz.sum(0) * scale_b, rtol=1e-5) and np.allclose(g_x.numpy(), dz @ w.T * scale_h,
+                                                                                    rtol=1e-5)
+    report = audit_saved_model(path, AuditOptions(local_checks="always"))
+    (check,) = [c for c in report.local if c.kind == "custom_gradient" and c.scale is None]
+    assert check.status == "fail" and len(check.failing_inputs) == 1 and abs(check.rel_error - 0.03) < 5e-3
+    (finding,) = [f for f in report.findings if f.rule == "gradient-mismatch" and f.op == check.op]
+    expected = {"b"} if wrong == "bias" else {"x", "W"}
+    assert set(finding.sources) == expected, finding.sources
+    rows = {n.source: n.status for n in report.numeric if n.scale is None}
+    assert rows["x"] == ("pass" if wrong == "bias" else "fail"), rows
+    assert rows["*"] == "fail" and report.verdict() == "fail"

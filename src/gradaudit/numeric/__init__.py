@@ -50,6 +50,8 @@ class LocalVerdict:
     dtype: str
     evaluations: int
     rel_error: float | None = None
+    # a failure: the sources whose gradient it concerns (the rest are decided pass); None: every source
+    sources: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

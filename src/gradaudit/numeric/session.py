@@ -216,12 +216,23 @@ def decided_locally(plan: Plan, local: LocalVerdict) -> NumericOutcome:
     (each input, the variables by the outputs they reach), with the local verdict and its evidence."""
     groups = [Group(n, outs, inputs=[n]) for n in plan.input_sources for outs in plan.output_groups(n)]
     groups += variable_groups(plan, list(plan.variable_sources))[0]
-    results = [NumericResult(source=g.source, outputs=CheckedOutputs.of(g.outputs, plan.float_outputs),
-                             status=local.status, rel_error=local.rel_error, step=None, dtype=local.dtype,
-                             evaluations=local.evaluations, evidence=local.evidence,
-                             precision_reason="local checks: each op at the values the model's forward gave it")
-               for g in groups]
+    results = []
+    for g in groups:
+        # a failure that names its sources: the other checks passed, so the groups without them pass
+        passed = local.sources is not None and not set(g.inputs or _group_variables(g, plan)) & set(local.sources)
+        results.append(NumericResult(
+            source=g.source, outputs=CheckedOutputs.of(g.outputs, plan.float_outputs),
+            status="pass" if passed else local.status, rel_error=None if passed else local.rel_error, step=None,
+            dtype=local.dtype, evaluations=local.evaluations,
+            evidence=local.evidence + ("; this gradient crosses none of the failing inputs" if passed else ""),
+            precision_reason="local checks: each op at the values the model's forward gave it"))
     return NumericOutcome(results, [], [])
+
+
+def _group_variables(group: Group, plan: Plan) -> list[str]:
+    """The variables a group of the variables' check holds, by name."""
+    names = list(plan.variable_sources)
+    return [names[i] for i in group.variables if i < len(names)]
 
 
 def _with_precision(outcome: NumericOutcome, why: str | None, notes: list[str]) -> NumericOutcome:

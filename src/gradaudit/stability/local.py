@@ -122,6 +122,10 @@ class LocalOutcome:
         """Every differentiable op was checked and passed: the model's gradient is the chain rule over them."""
         return bool(self.checks) and not self.unchecked and all(c.status == "pass" for c in self.checks)
 
+    def complete_beside(self, failed: list[LocalCheck]) -> bool:
+        """Every differentiable op was checked, and all but `failed` passed."""
+        return not self.unchecked and all(c.status == "pass" for c in self.checks if c not in failed)
+
 
 @dataclass
 class _CheckGraph:
@@ -665,7 +669,34 @@ class LocalChecker:
             return
         f._stale()  # noqa: SLF001 - gradients were added to the graph
         self._custom_line(item, feed, outcome)
-        outcome.checks.append(self._judged(item))
+        check = self._judged(item)
+        if check.status == "fail" and len(moved) > 1:
+            check = self._one_at_a_time(item, (values, feed), outcome, check)
+        outcome.checks.append(check)
+
+    def _one_at_a_time(self, item: _Item, at: tuple, outcome: LocalOutcome, check: LocalCheck) -> LocalCheck:
+        """A custom gradient that failed with its inputs moved together, checked again with each input moved alone
+        (`at` = (recorded values, feed)): the inputs whose gradient is wrong, named in the check (and through them
+        the sources), with their own error, which the others' right gradient no longer dilutes."""
+        values, feed = at
+        alone: list[tuple[int, LocalCheck]] = []
+        for k, i in enumerate(item.moved):
+            one = self._item(item.op, values, "custom_gradient", item.dtype, item.moved)
+            if one is None:
+                return check
+            one.outputs = item.outputs
+            one.d = [d if j == k else np.zeros_like(d) for j, d in enumerate(one.d)]
+            self._custom_line(one, feed, outcome)
+            alone.append((i, self._judged(one)))
+        failing = [(i, c) for i, c in alone if c.status == "fail"]
+        if not failing:
+            return replace(check, evidence=f"{check.evidence}; moved one at a time, no input disagrees on its own")
+        worst = max((c for _, c in failing), key=lambda c: c.rel_error or 0.0)
+        said = ", ".join(f"input {i}{self._input_sources(item.op, i)} {c.status} (rel. error {c.rel_error:.3g})"
+                         for i, c in alone if c.rel_error is not None)
+        return replace(check, rel_error=worst.rel_error, bound=worst.bound, evaluations=check.evaluations + sum(
+            c.evaluations for _, c in alone), failing_inputs=tuple(i for i, _ in failing),
+            evidence=f"{check.evidence}; moved one at a time: {said}")
 
     def _custom_inputs(self, op, ref: OpRef, outcome: LocalOutcome) -> tuple[list[int], int] | None:
         """(the inputs to move: those its gradient gives a gradient and that are made from a source, the number of
@@ -705,6 +736,13 @@ class LocalChecker:
             return None
         got = [np.asarray(v, np.float64) for v in f._run(dense, feed)]  # noqa: SLF001
         return got if any(np.any(v) for v in got) else None
+
+    def _input_sources(self, op, i: int) -> str:
+        """" (x, w)": the sources whose gradient reaches input `i` of the op, from the static pass ("" without it)."""
+        if self.analysis is None:
+            return ""
+        names = input_sources(self.analysis, self.forensics._ref(op), (i,))  # noqa: SLF001
+        return f" ({', '.join(names)})" if names else ""
 
     def _reads_beside(self, op, results: int, moved: list[int]) -> str | None:
         """What the forward of a custom gradient's region reads from a source other than through the inputs its
@@ -1049,18 +1087,15 @@ def run_local(loads, analysis, point: dict[str, np.ndarray], seed: int,
                                         f"TensorFlow could not freeze or run the frozen graph: {describe(exc)}")])
 
 
-def verdict(outcome: LocalOutcome):
+def verdict(outcome: LocalOutcome, analysis=None):
     """The numeric.LocalVerdict the local checks give the whole model, None when they leave it undecided (an op
-    undecided or not checkable here: the whole-model checks decide then)."""
+    undecided or not checkable here: the whole-model checks decide then). With `analysis`, a failure names the
+    sources whose gradient crosses the failing inputs (`LocalVerdict.sources`), when the rest passed."""
     from ..numeric import LocalVerdict
 
     failed = outcome.failed
     if failed and all(c.kind == "custom_gradient" and c.op in outcome.decisive for c in failed):
-        first = max(failed, key=lambda c: c.rel_error or 0.0)
-        names = ", ".join(c.op.short for c in failed[:3]) + (" ..." if len(failed) > 3 else "")
-        return LocalVerdict("fail", f"local checks: the custom gradient of {names} disagrees with its differences at "
-                            "the values and with the cotangent the model's forward and backward gave it",
-                            first.dtype, outcome.runs, first.rel_error)
+        return _failed_verdict(outcome, analysis)
     if not outcome.complete:  # TensorFlow's own op failed on its own: whether the model's gradient is wrong is the
         # whole model's to say (an op's wrong partial can meet a zero downstream: a cumprod's at a masked zero)
         return None
@@ -1091,6 +1126,7 @@ def findings(outcome: LocalOutcome, analysis, confirmed: bool = True) -> list[Fi
         # the whole-model checks' own projection saw; TensorFlow's own op can be wrong where the model masks it
         masked = not confirmed and c.kind == "op"
         sources, outputs = pairs(c.op)
+        sources = failing_sources(analysis, c) or sources
         what = "custom gradient" if c.kind == "custom_gradient" else "registered gradient (TensorFlow's own)"
         found.append(rules.GradientMismatch.finding(
             f"The {what} of {c.op.label} is not the derivative of its forward at the values the "
@@ -1100,6 +1136,42 @@ def findings(outcome: LocalOutcome, analysis, confirmed: bool = True) -> list[Fi
             "the op's error does not reach it here, but it would wherever its result is not masked downstream"),
             op=c.op, sources=sources, outputs=outputs, severity=Severity.WARNING if masked else None))
     return found
+
+
+def _failed_verdict(outcome: LocalOutcome, analysis):
+    """The fail verdict of custom gradients that failed their local checks, naming the sources they concern when
+    every failure named its inputs and every other check passed."""
+    from ..numeric import LocalVerdict
+
+    failed = outcome.failed
+    first = max(failed, key=lambda c: c.rel_error or 0.0)
+    names = ", ".join(c.op.short for c in failed[:3]) + (" ..." if len(failed) > 3 else "")
+    rest = [c for c in outcome.checks if c.status != "fail"]
+    named = analysis is not None and outcome.complete_beside(failed) and all(c.failing_inputs for c in failed)
+    sources = tuple(dict.fromkeys(s for c in failed for s in failing_sources(analysis, c))) if named else None
+    return LocalVerdict("fail", f"local checks: the custom gradient of {names} disagrees with its differences at "
+                        "the values and with the cotangent the model's forward and backward gave it" + (
+                            "" if sources is None else f" (for {', '.join(sources)}; the {len(rest)} other "
+                            "check(s) pass)"), first.dtype, outcome.runs, first.rel_error, sources)
+
+
+def failing_sources(analysis, check: LocalCheck) -> tuple[str, ...]:
+    """The sources whose gradient reaches the check's op through its failing inputs (all the op's sources when
+    none is named), from the static masks of its node."""
+    if not check.failing_inputs:
+        return op_pairs(analysis)(check.op)[0]
+    return input_sources(analysis, check.op, check.failing_inputs)
+
+
+def input_sources(analysis, ref: OpRef, inputs: tuple[int, ...]) -> tuple[str, ...]:
+    """The sources whose gradient reaches the op `ref` through its inputs at those positions (static masks)."""
+    src = 0
+    for node in analysis.graph.ops.values():  # a function called in several contexts has a node per copy
+        if node.ref == ref:
+            for i in inputs:
+                if i < len(node.inputs):
+                    src |= analysis.reach_grad[node.inputs[i][0]]
+    return tuple(analysis.source_names(src))
 
 
 def op_pairs(analysis) -> Callable[[OpRef], tuple[tuple[str, ...], tuple[str, ...]]]:
