@@ -471,3 +471,41 @@ def test_gradients_beyond_65504_overflow_and_the_scaler_falls_below_1(tmp_path):
         assert np.mean(~np.isfinite(at_one[name])) == r.overflow, name
         assert np.all(np.isfinite(at_scale[name])), name
         np.testing.assert_allclose(at_scale[name], reference[name], rtol=1e-2)
+
+
+def test_the_loss_scale_is_the_one_the_trainable_variables_allow_not_the_inputs(tmp_path):
+    """A loss scaler checks the gradients the optimizer applies, the trainable variables', never the inputs'
+    (tester 10's m04: the input's larger gradient set the named scale one power of two low). `y = x @ w` with a
+    large w: x's gradient is about 50 times w's; the scale named is the largest power of two that keeps w's
+    float16 gradient finite (TensorFlow's own gradient, cast), at which x's would overflow."""
+
+    class Wide(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(np.random.default_rng(1).standard_normal((4, 3)).astype("float32") * 200, name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": x @ self.w}
+
+    module = Wide()
+    path = tmp_path / "wide"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.__call__})
+    loaded = tf.saved_model.load(str(path))
+    x = tf.constant(X)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = loaded.signatures["serving_default"](x=x)["y"]
+        loss = tf.reduce_sum(tf.constant(cotangent((2, 3)), tf.float32) * y)
+    grads = [np.abs(np.asarray(g, np.float64)) for g in tape.gradient(loss, [x, loaded.w])]
+    g_x, g_w = (float(g.max()) for g in grads)
+    assert g_x > 8 * g_w  # the input's gradient is the larger
+    finite = [k for k in range(40) if np.isfinite(np.float16(g_w * 2.0 ** k))]
+    expected = 2.0 ** max(finite)
+    report = audit(path, tmp_path)
+    own = rows(report)
+    assert {r.loss_scale for r in own.values()} == {expected}
+    assert not np.isfinite(np.float16(g_x * expected))  # the inputs' gradient would not have allowed it
+    cast = np.abs(np.asarray(grads[1][grads[1] > 0] * expected, np.float16).astype(np.float64))
+    subnormal = float(np.mean((cast > 0) & (cast < np.finfo(np.float16).tiny)))
+    assert own["w"].subnormal_scaled == pytest.approx(subnormal)  # numpy's own cast at that scale

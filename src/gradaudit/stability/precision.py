@@ -133,7 +133,7 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
     rng = np.random.default_rng([options.numeric.seed, 3])
     u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
     kept, points = _points(plan, base, options.scales, target)
-    names = plan.input_sources + [v for v, _ in variables]
+    names = (list(plan.input_sources), [v for v, _ in variables])
     exact = None if own is None else _float64_copy(loads, (plan, base, [v for v, _ in variables]), target, own,
                                                    outcome)
     runs = PointRuns(loaded.fn, analysis, (plan.input_sources, variables, plan.float_outputs), base, u)
@@ -156,7 +156,7 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
     finally:
         runs.close()
     base_rows = [r for r in outcome.results if r.kind == "gradient" and r.scale is None]
-    outcome.findings.extend(_gradient_findings(base_rows, target))
+    outcome.findings.extend(_gradient_findings(base_rows, target, names[1]))
     outcome.findings.extend(_activation_findings(causes, target))
     outcome.notes.extend(_rounding_notes(base_rows, target))
     if not outcome.findings and not outcome.incomplete:
@@ -389,27 +389,32 @@ def _activation_rows(values: list, at: tuple[str, float | None, bool], causes: d
         outcome.results.append(row)
 
 
-def _gradient_rows(grads: dict[str, np.ndarray | None], names: list[str], target: str,
+def _gradient_rows(grads: dict[str, np.ndarray | None], names: tuple[list[str], list[str]], target: str,
                    scale: float | None, own: dict[str, np.ndarray | None] | None = None,
                    inside: bool = False) -> list[PrecisionResult]:
-    """One row per source with a gradient at this point; the loss scale is the one scale for all of them. With
-    `own` (the model computes in a half precision already), `grads` are its float64 copy's and `own` its own
-    gradients, whose zeros are counted (`zero_inside`) when `inside`: the model computes in `target` itself."""
-    mags = {s: magnitudes(grads[s]) for s in names if grads.get(s) is not None}
+    """One row per source (`names` = (inputs, variables)) with a gradient at this point; the loss scale is the one
+    scale for all of them, set by the trainable variables' largest entry (the gradients a loss scaler checks;
+    the inputs' when there is no variable). With `own` (the model computes in a half precision already), `grads`
+    are its float64 copy's and `own` its own gradients, whose zeros are counted (`zero_inside`) when `inside`:
+    the model computes in `target` itself."""
+    mags = {s: magnitudes(grads[s]) for s in names[0] + names[1] if grads.get(s) is not None}
     classes = {s: classify(a, target, prepared=True) for s, a in mags.items()}
-    largest = max((c.largest for c in classes.values() if c.largest is not None), default=None)
+    trained = [c for s, c in classes.items() if s in names[1]] or list(classes.values())
+    largest = max((c.largest for c in trained if c.largest is not None), default=None)
     loss_scale = settled_loss_scale(largest, target)
 
     def zero_at(s: str, factor: float | None) -> float | None:
         return classify(mags[s], target, factor, prepared=True).underflow if factor else None
 
     shared = {s: zero_at(s, loss_scale) for s in classes}
+    dim = {s: classify(mags[s], target, loss_scale, prepared=True).subnormal if loss_scale else None for s in classes}
     alone = {s: zero_at(s, settled_loss_scale(c.largest, target)) for s, c in classes.items()}
     one = None if loss_scale is None else not any(_only_shared(shared[s], alone[s]) >= LOST for s in classes)
     zeros = {} if own is None or not inside else {s: _zero_inside(grads[s], own.get(s)) for s in classes}
     return [PrecisionResult("gradient", s, target, scale, c.entries, c.underflow, c.subnormal, c.overflow,
                             c.largest, c.smallest, loss_scale, shared[s], one, alone[s],
-                            reference=None if own is None else "float64 copy", zero_inside=zeros.get(s))
+                            reference=None if own is None else "float64 copy", zero_inside=zeros.get(s),
+                            subnormal_scaled=dim[s])
             for s, c in classes.items()]
 
 
@@ -510,15 +515,22 @@ def _where(scale: float | None) -> str:
     return "the model's own point" if scale is None else f"inputs × {scale:g}"
 
 
-def _gradient_findings(rows: list[PrecisionResult], target: str) -> list[Finding]:
+def _gradient_findings(rows: list[PrecisionResult], target: str, variables: list[str]) -> list[Finding]:
+    """The gradient findings at one point; the loss scale is the one the trainable variables' largest entry sets
+    (the inputs' when there is no variable), the `setter` the messages name."""
     scale = rows[0].loss_scale if rows else None
-    found = [_rescued_finding(rows, target, scale), _range_finding(rows, target, scale),
+    trained = [r for r in rows if r.name in variables] or rows
+    largest = max((r.largest or 0 for r in trained), default=0.0)
+    setter = f"largest |g| {largest:.3g}" + (", of the trainable variables" if trained is not rows else "")
+    found = [_rescued_finding(rows, target, (scale, setter)), _range_finding(rows, target, (scale, setter)),
              _overflow_finding(rows, target, scale)]
     return [f for f in found if f is not None]
 
 
-def _rescued_finding(rows: list[PrecisionResult], target: str, scale: float | None) -> Finding | None:
-    """Gradient entries zero at loss scale 1 that the shared loss scale `scale` keeps."""
+def _rescued_finding(rows: list[PrecisionResult], target: str, at: tuple) -> Finding | None:
+    """Gradient entries zero at loss scale 1 that the shared loss scale keeps (`at` = (scale, what set it)), and
+    what share of them stays subnormal there (in range, with bits lost)."""
+    scale, setter = at
     rescued = [r for r in rows if scale is not None and _lost(r) - (r.underflow_scaled or 0) >= LOST]
     if not rescued:
         return None
@@ -531,21 +543,25 @@ def _rescued_finding(rows: list[PrecisionResult], target: str, scale: float | No
            f" (the model computes in {target} already: exactly zero in its own gradient where its float64 copy's are "
            f"not, and nonzero with the cotangent × {power_of_two(inside[0].rescue_scale)}, "  # type: ignore[arg-type]
            + ", ".join(f"{r.name} {pct(r.zero_rescued)}" for r in inside if r.zero_rescued) + ")")
-        + f"; a dynamic loss scale settles on {power_of_two(scale)} (largest |g| "  # type: ignore[arg-type]
-          f"{max(r.largest or 0 for r in rows):.3g}), where they are in range",
+        + f"; a dynamic loss scale settles on {power_of_two(scale)} ({setter}), where they are in range"
+        + ("" if not (dim := [r for r in rescued if (r.subnormal_scaled or 0) >= LOST]) else
+           ", though subnormal there for " + ", ".join(f"{r.name} {pct(r.subnormal_scaled or 0.0)}" for r in dim)
+           + f" (below {limits(target).smallest_normal:.3g}: bits of precision lost)"),
         sources=[r.name for r in rescued])
 
 
-def _range_finding(rows: list[PrecisionResult], target: str, scale: float | None) -> Finding | None:
+def _range_finding(rows: list[PrecisionResult], target: str, at: tuple) -> Finding | None:
     """Entries zero at the shared scale that the source's own scale would keep (entries lost at every scale are
-    over the dtype's range below their own source's largest: negligible beside it, not a cause)."""
+    over the dtype's range below their own source's largest: negligible beside it, not a cause); `at` = (the
+    scale, what set it)."""
+    scale, setter = at
     still = [r for r in rows if scale is not None and _only_shared(r.underflow_scaled, r.underflow_own) >= LOST]
     if not still:
         return None
     widest = max((r.largest or 0) for r in rows) / min(r.largest or np.inf for r in still)
     return rules.GradientRange.finding(
-        f"No single loss scale serves every source in {target}: at {power_of_two(scale)}, the largest the "  # type: ignore[arg-type]
-        f"gradients allow (largest |g| {max(r.largest or 0 for r in rows):.3g}), gradient entries still flush "
+        f"No single loss scale serves every source in {target}: at {power_of_two(scale)}, the largest the "
+        f"gradients allow ({setter}), gradient entries still flush "
         f"to zero that a scale for their source alone would keep: "
         + ", ".join(f"{r.name} {pct(_only_shared(r.underflow_scaled, r.underflow_own))} (largest |g| "
                     f"{r.largest:.3g})" for r in still)
