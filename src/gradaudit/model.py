@@ -358,13 +358,16 @@ class PrecisionResult:
     zero_rescued: float | None = None
     rescue_scale: float | None = None
     subnormal_scaled: float | None = None  # gradients: the fraction subnormal at `loss_scale` (in range, bits lost)
+    # gradients: the fraction of all entries inf or NaN already in the model's own precision (not counted above:
+    # the stability probes report them)
+    nonfinite: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "dtype": self.dtype, "scale": self.scale,
                 "entries": self.entries, "underflow": self.underflow, "subnormal": self.subnormal,
                 "overflow": self.overflow, "largest": self.largest, "smallest": self.smallest,
                 "loss_scale": self.loss_scale, "underflow_scaled": self.underflow_scaled,
-                "subnormal_scaled": self.subnormal_scaled,
+                "subnormal_scaled": self.subnormal_scaled, "nonfinite": self.nonfinite,
                 "one_scale": self.one_scale, "underflow_own": self.underflow_own,
                 "op_type": self.op.op_type if self.op else None, "op_name": self.op.op_name if self.op else None,
                 "function": self.op.function if self.op else None, "reference": self.reference,

@@ -509,3 +509,25 @@ def test_the_loss_scale_is_the_one_the_trainable_variables_allow_not_the_inputs(
     cast = np.abs(np.asarray(grads[1][grads[1] > 0] * expected, np.float16).astype(np.float64))
     subnormal = float(np.mean((cast > 0) & (cast < np.finfo(np.float16).tiny)))
     assert own["w"].subnormal_scaled == pytest.approx(subnormal)  # numpy's own cast at that scale
+
+
+def test_a_gradient_already_inf_in_float32_is_said_not_finite_not_ok(tmp_path):
+    """exp(8x) at the probe scale 100: the loaded float32 model's own gradient is inf there (TensorFlow's tape), so
+    nothing is left to cast; the row says the entries are not finite before the cast, never "ok" (tester 10's m19)."""
+    from gradaudit.report.precision_rows import cell_text
+
+    big = [np.eye(4, dtype=np.float32) * 8.0]
+    path = export(keras_model("exp", weights=big), tmp_path)
+    loaded = tf.saved_model.load(str(path))
+    fn = loaded.signatures["serving_default"]
+    (key,) = fn.structured_input_signature[1]
+    x = tf.constant(X * 100)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(next(iter(fn(**{key: x}).values())))
+    assert not np.all(np.isfinite(tape.gradient(y, x).numpy()))  # the truth: inf in float32 already
+    report = audit(path, tmp_path)
+    at100 = rows(report, scale=100.0)
+    assert at100 and all(r.nonfinite and r.nonfinite > 0 for r in at100.values()), at100
+    assert all("not finite" in cell_text(r) for r in at100.values())
+    assert all(r.nonfinite == 0 for r in rows(report).values())  # finite at the model's own point

@@ -79,7 +79,8 @@ def _html_tables(report: Report) -> list[dict]:
 def _percents(text: str) -> dict[str, float]:
     """`zero 50%, subnormal 1.2%` -> {"zero": 0.5, "subnormal": 0.012} (the share at the loss scale apart)."""
     text = text.split(" (")[0]
-    return {word: float(v) / 100 for word, v in re.findall(r"(zero|subnormal|inf) ([0-9.e+-]+)%", text)}
+    found = re.findall(r"(zero|subnormal|inf|not finite before the cast) ([0-9.e+-]+)%", text)
+    return {word: float(v) / 100 for word, v in found}
 
 
 def _expected(p: PrecisionResult) -> dict[str, float]:

@@ -14,7 +14,8 @@ from .common import MAX_ROWS
 
 KINDS = ("gradient", "activation")
 # The fractions of a result a cell names, by the word it names them with.
-FRACTIONS = (("zero", "underflow"), ("subnormal", "subnormal"), ("inf", "overflow"))
+FRACTIONS = (("zero", "underflow"), ("subnormal", "subnormal"), ("inf", "overflow"),
+             ("not finite before the cast", "nonfinite"))
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def fractions(p: PrecisionResult | None, subnormal: bool = True) -> list[tuple[s
     """The nonzero fractions of a result, as (word, fraction): zero, subnormal (unless left out), inf."""
     if p is None:
         return []
-    found = [(word, float(getattr(p, name))) for word, name in FRACTIONS]
+    found = [(word, float(getattr(p, name) or 0.0)) for word, name in FRACTIONS]
     return [(word, v) for word, v in found if v and (subnormal or word != "subnormal")]
 
 
@@ -76,9 +77,9 @@ def cell_text(p: PrecisionResult | None) -> str:
     share still zero at the loss scale; "ok" when nothing is zero, subnormal or inf; "" for no result."""
     if p is None:
         return ""
-    if not p.entries:
-        return "no nonzero entry"
     found = fractions(p)
+    if not p.entries and not found:
+        return "no nonzero entry"
     if not found:
         return "ok"
     text = ", ".join(f"{word} {percent(v)}" for word, v in found)

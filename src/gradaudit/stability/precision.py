@@ -414,8 +414,14 @@ def _gradient_rows(grads: dict[str, np.ndarray | None], names: tuple[list[str], 
     return [PrecisionResult("gradient", s, target, scale, c.entries, c.underflow, c.subnormal, c.overflow,
                             c.largest, c.smallest, loss_scale, shared[s], one, alone[s],
                             reference=None if own is None else "float64 copy", zero_inside=zeros.get(s),
-                            subnormal_scaled=dim[s])
+                            subnormal_scaled=dim[s], nonfinite=_nonfinite(grads[s]))
             for s, c in classes.items()]
+
+
+def _nonfinite(values) -> float:
+    """The fraction of the entries that are inf or NaN."""
+    a = np.asarray(values)
+    return float(np.count_nonzero(~np.isfinite(a))) / a.size if a.size else 0.0
 
 
 def _own_dtype_rows(exact: dict, own: dict, at: tuple, spec: tuple) -> list[PrecisionResult]:
