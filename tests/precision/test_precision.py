@@ -319,6 +319,9 @@ def test_bfloat16_keeps_float32s_range_where_float16_flushes(tmp_path):
     assert precision_rules(report) == []
     own = rows(report)
     assert all(r.dtype == "bfloat16" and r.underflow == 0 for r in own.values())
+    # no power of two is named for a dtype no one loss-scales (tester 10's N1: "settles on 2**126")
+    (fits,) = [n for n in report.notes_of("precision") if "every gradient fits" in n]
+    assert "no loss scale is needed" in fits and "2**" not in fits
     # TensorFlow's bfloat16: none of them is zero
     module = Ratio(k, dtype=tf.bfloat16)
     x = tf.constant(X)

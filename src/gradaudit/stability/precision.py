@@ -633,5 +633,6 @@ def _all_fit(rows: list[PrecisionResult], target: str, scales: list[float]) -> s
              else "no nonzero gradient")
     ladder = f" or over the probe ladder ({', '.join(f'{s:g}' for s in scales)})" if scales else ""
     return (f"Precision {target}: every gradient fits ({len(rows)} source(s) at the model's own point, {sizes}"
-            + (f"; a dynamic loss scale settles on {power_of_two(scale)}" if scale else "")
+            + ("; bfloat16 keeps float32's exponent range, so no loss scale is needed (Keras trains it without one)"
+               if target == "bfloat16" else f"; a dynamic loss scale settles on {power_of_two(scale)}" if scale else "")
             + f"), and no op's output overflows or underflows into a log, division or root there{ladder}.")
