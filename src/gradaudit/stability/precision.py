@@ -158,7 +158,7 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
     base_rows = [r for r in outcome.results if r.kind == "gradient" and r.scale is None]
     outcome.findings.extend(_gradient_findings(base_rows, target, names[1]))
     outcome.findings.extend(_activation_findings(causes, target))
-    outcome.notes.extend(_rounding_notes(base_rows, target))
+    outcome.notes.extend(_rounding_notes([r for r in outcome.results if r.kind == "gradient"], target))
     if not outcome.findings and not outcome.incomplete:
         outcome.notes.append(_all_fit(base_rows, target, kept))
 
@@ -612,15 +612,19 @@ def _activation_findings(causes: dict, target: str) -> list[Finding]:
 
 def _rounding_notes(rows: list[PrecisionResult], target: str) -> list[str]:
     """A line on the entries a model computing in `target` rounds to zero in its own gradient (zero where its
-    float64 copy's are not, and still zero at a loss scale): precision lost, which no loss scale brings back."""
-    rounded = [(r, (r.zero_inside or 0) - (r.zero_rescued or 0)) for r in rows if r.rescue_scale is not None]
-    rounded = [(r, share) for r, share in rounded if share >= LOST]
-    if not rounded:
+    float64 copy's are not, and still zero at a loss scale): precision lost, which no loss scale brings back. Per
+    source, the point where the most are."""
+    worst: dict[str, tuple[float, PrecisionResult]] = {}
+    for r in rows:
+        share = (r.zero_inside or 0) - (r.zero_rescued or 0) if r.rescue_scale is not None else 0.0
+        if share >= LOST and share > worst.get(r.name, (0.0, r))[0]:
+            worst[r.name] = (share, r)
+    if not worst:
         return []
-    return [f"Precision {target}: the model computes in {target} already, and its own gradient at its own point is "
-            f"exactly zero where its float64 copy's is not, also with the cotangent × "
-            f"{power_of_two(rounded[0][0].rescue_scale)}: "  # type: ignore[arg-type]
-            + ", ".join(f"{r.name} {pct(share)}" for r, share in rounded)
+    return [f"Precision {target}: the model computes in {target} already, and its own gradient is exactly zero where "
+            "its float64 copy's is not, also with the cotangent scaled by a loss scale: "
+            + ", ".join(f"{name} {pct(share)} at {_where(r.scale)} (× {power_of_two(r.rescue_scale)})"  # type: ignore[arg-type]
+                        for name, (share, r) in sorted(worst.items()))
             + f". A power-of-two scale changes nothing but under- and overflow, so these are {target}'s rounding "
               "(a cancellation, a saturated activation), not an underflow: no loss scale brings them back."]
 
