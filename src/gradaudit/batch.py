@@ -63,11 +63,19 @@ def _search(root: str) -> list[str]:
 
 
 def _audit(target: str, options: AuditOptions, all_signatures: bool) -> tuple[Report, ...]:
-    """The kind's audits of many entry points (a SavedModel's signatures), or else the API's one audit."""
+    """The kind's audits of many entry points (a SavedModel's signatures), or else the API's one audit. A path
+    that does not exist is said so before anything is read or imported."""
+    if missing(target):
+        raise GradauditError(f"{target}: no such file or directory")
     each = kind_of(target).audit_each
     if each is None:
         return (audit(target, **vars(options)),)
     return each(target, options, all_signatures)
+
+
+def missing(target: str) -> bool:
+    """A target named as a path (not a Python module:attr) that does not exist."""
+    return not os.path.exists(target) and kind_of(target).name != "python"
 
 
 def audit_model(path: str, options: AuditOptions, all_signatures: bool = False, debug: bool = False) -> ModelAudit:

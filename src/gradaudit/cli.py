@@ -172,11 +172,14 @@ def audit_command(run: AuditRun) -> None:
 
     Options can also be set in [tool.gradaudit] of pyproject.toml, keyed by option name (fail-on = "warning");
     the command line wins."""
+    from .batch import missing
+
     run = _load_ops_from_config(run)
     paths = _models(run)
     cache = _open_cache(run)
     found = cache.lookup(paths) if cache is not None else {}
-    if len(found) < len(paths):  # a model to audit: TensorFlow is needed (a run read from the cache needs none)
+    if any(not missing(p) for p in paths if p not in found):
+        # a model to audit: TensorFlow is needed (a run read from the cache needs none, nor a missing path)
         _prepare_runtime(run)
     audits = _run_audits(run, paths, found)
     if cache is not None:

@@ -41,3 +41,21 @@ def test_a_timeout_that_is_not_a_finite_number_is_a_usage_error(value, tmp_path)
     config.write_text(f"timeout = {value}\n")
     result = CliRunner().invoke(main, [str(tmp_path), "--static-only", "--config", str(config)])
     assert result.exit_code == 2 and "timeout" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.slow  # a process of its own: TensorFlow must not be imported in it
+def test_a_missing_model_is_said_without_importing_tensorflow(tmp_path):
+    """A path that does not exist is one line and exit 2 before TensorFlow is imported (tester 10's N4: 8 s to say
+    so); a second model that exists is still audited."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom gradaudit.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    print('exit', e.code, 'tensorflow' in sys.modules)\n")
+    missing = str(tmp_path / "no_such_model")
+    done = subprocess.run([sys.executable, "-c", code, missing], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "exit 2 False", (done.stdout, done.stderr)
+    assert done.stderr.strip() == f"gradaudit: error: {missing}: no such file or directory"
+    both = subprocess.run([sys.executable, "-c", code, missing, str(SAMPLES / "mlp"), "--static-only"],
+                          capture_output=True, text=True, timeout=300)
+    assert both.stdout.strip().splitlines()[-1] == "exit 2 True" and "PASS" in both.stdout, both.stdout
