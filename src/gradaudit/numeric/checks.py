@@ -538,7 +538,9 @@ class Checker:
         if not kinked and not slope:
             return ("none", f"no op with a kink (ReLU, abs, max, clip, floor...) lies {where} and the "
                             f"differences along the line do not change slope: the function is smooth "
-                            f"there and its gradient is wrong at that point (a nearby point agrees)")
+                            f"there and its gradient is wrong at that point (the second point this check "
+                            f"tried agreed, so it is not confirmed at two points; the rows at other points are "
+                            f"their own)")
         if slope:
             return ("mixed", "the differences along the line change slope, but no op with a kink "
                              + (f"lies {where}" if self.s.domains.kinks is not None else
