@@ -69,3 +69,41 @@ def test_different_ops_at_fault_stay_different_findings(expm_audit):
     # e*e overflows float32 at a scale where expm itself is still finite: its own cause, its own finding
     assert "Mul" in found and found["Mul"].outputs == ("norm",)
     assert len(_of(r, "nonfinite-forward")) == 2
+
+
+def test_one_raising_cause_whose_text_holds_an_object_address_is_one_finding(tmp_path):
+    """tf.recompute_grad beside tf.vectorized_map: the saved model's backward raises a TypeError whose text names an
+    IndexedSlices object by its address, a new one at every point (tester 11's m_recompute: one GA204 and 21 GA310
+    that differed only there). The tape on the loaded model raises it too; it is said once."""
+    import numpy as np
+    import tensorflow as tf
+    from helpers import save_module
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w1 = tf.Variable(np.random.default_rng(0).normal(size=(4, 8)).astype("float32") * 0.5, name="w1")
+            self.w2 = tf.Variable(np.random.default_rng(1).normal(size=(8, 3)).astype("float32") * 0.5, name="w2")
+
+        def block(self, x):
+            return tf.tanh(x @ self.w1)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def __call__(self, x):
+            h = tf.recompute_grad(self.block)(x)
+            return {"y": tf.vectorized_map(lambda r: tf.reduce_sum(tf.sin(tf.linalg.matvec(tf.transpose(self.w2), r))),
+                                           h)}
+
+    path = save_module(M(), str(tmp_path / "recompute"))
+    loaded = tf.saved_model.load(path)
+    fn = loaded.signatures["serving_default"]
+    x = tf.constant(np.ones((2, 4), np.float32))
+    with pytest.raises(TypeError, match="missing a required argument"), tf.GradientTape() as tape:
+        tape.watch(x)  # TensorFlow builds the call's backward as the call runs under the tape, and raises there
+        tape.gradient(tf.reduce_sum(fn(x=x)["y"]), x)
+    report = audit_saved_model(path, AuditOptions())
+    raising = [f for f in report.findings if "missing a required argument" in f.message]
+    assert [f.code for f in raising] == ["GA204"], [f.message[:120] for f in raising]
+    assert " at 0x" not in raising[0].message
+    assert report.verdict() == "fail"

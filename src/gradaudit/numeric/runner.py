@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,7 +46,13 @@ def describe(exc: BaseException) -> str:
     node = next((ln.split()[3] for ln in lines if ln.startswith("Detected at node") and len(ln.split()) > 3), None)
     said = [ln for ln in lines if not ln.startswith(_BOILERPLATE)]
     head = f"{type(exc).__name__}: {said[0] if said else lines[0] if lines else ''}".rstrip(": ")
+    # a Python object's address ("<IndexedSlices object at 0x7faa18d31f10>") differs at every call: without it one
+    # cause reads as one reason wherever it is raised, and is said once
+    head = _ADDRESS.sub("", head)
     return (f"{head[:260]} (op {node})" if node else head)[:300]
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _unworded(exc: BaseException) -> str:
