@@ -79,3 +79,34 @@ def test_a_gradient_the_static_pass_knows_raises_is_one_cause_not_an_instability
     assert "unstable-gradient" not in rules and "no-gradient" in rules
     assert any("as the static pass found" in n for n in report.notes_of("stability"))
     assert report.verdict() == "fail"
+
+
+def test_a_probe_point_where_the_forward_itself_raises_names_the_forward_op(tmp_path):
+    """solve(C + 1e-2 x) beside det of the same matrix, C singular (tester 11's m_solve): at inputs × 0 the forward's
+    MatrixSolve raises already, which the finding says, naming it, not det's gradient; elsewhere it runs. The truth
+    is the loaded model's own forward."""
+    import tensorflow as tf
+
+    c = tf.constant([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            a = c + 1e-2 * x
+            b = tf.ones(tf.concat([tf.shape(a)[:-1], [1]], 0))
+            return {"solve": tf.reduce_sum(tf.linalg.solve(a, b), axis=[1, 2]), "det": tf.linalg.det(a)}
+
+    m = M()
+    path = str(tmp_path / "solve")
+    tf.saved_model.save(m, path, signatures={"serving_default": m.__call__})
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not invertible"):
+        fn(x=tf.zeros([1, 3, 3]))
+    fn(x=tf.constant(np.random.default_rng(0).standard_normal((1, 3, 3)), tf.float32))  # runs elsewhere
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    report = audit_saved_model(path, AuditOptions())
+    raised = [f for f in report.findings if "raises" in f.message and "probe point" in f.message]
+    assert raised and all("its forward already" in f.message for f in raised), [f.message for f in raised]
+    assert {f.op.op_type for f in raised if f.op} == {"MatrixSolve"}
+    assert report.verdict() == "fail"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from ..model import Finding, LocalCheck, NumericResult, StabilityResult
 from ..numeric import NumericOptions
 from ..results import HazardVerdict, RaisedAt
-from .probes import DEFAULT_SCALES
+from .probes import DEFAULT_SCALES, FORWARD_RAISES
 
 __all__ = ["DEFAULT_SCALES", "StabilityOptions", "StabilityOutcome", "run_stability"]
 
@@ -203,13 +203,18 @@ def _raising_points(raised: list[tuple[str, str]], plan, analysis) -> list[Raise
         by_reason.setdefault(reason, []).append(where)
     findings: list[RaisedAt] = []
     for reason, points in by_reason.items():
-        match = re.search(r"gradients(?:_\d+)?/(.+?)_grad/", reason)
+        forward = reason.startswith(FORWARD_RAISES)
+        said = reason[len(FORWARD_RAISES):] if forward else reason
+        match = re.search(r"gradients(?:_\d+)?/(.+?)_grad/" if not forward else r"\(op ([^)]+)\)", said)
         ops = [n.ref for n in analysis.graph.ops.values() if match and n.ref.op_name == match.group(1)]
         op = ops[0] if len(ops) == 1 else None
         shown = "; ".join(points[:4]) + (f" and {len(points) - 4} more" if len(points) > 4 else "")
-        text = (f"TensorFlow raises when it differentiates the model at probe point(s) {shown}: {reason}"
-                + (f". The gradient of {op.label} raises there" if op else "")
-                + ": training on such an input stops with this error.")
+        text = ((f"TensorFlow raises when it runs the model at probe point(s) {shown}, its forward already: {said}"
+                 + (f". {op.label} raises there" if op else "")
+                 + ": serving or training on such an input stops with this error.") if forward else
+                (f"TensorFlow raises when it differentiates the model at probe point(s) {shown}: {said}"
+                 + (f". The gradient of {op.label} raises there" if op else "")
+                 + ": training on such an input stops with this error."))
         findings.append(RaisedAt(reason, tuple(points), rules.UnstableGradient.finding(
             text, op=op, sources=tuple(plan.input_sources), outputs=tuple(plan.float_outputs))))
     return findings

@@ -175,6 +175,10 @@ class ProbeAt(NamedTuple):
     sign: int
 
 
+# the reason recorded for a probe point where the model's forward itself raises (stability._raising_points words it)
+FORWARD_RAISES = "the forward raises: "
+
+
 class Prober:
     """Gradients of one loaded model at moved points, with the float64 copy and forensics on demand."""
 
@@ -367,6 +371,19 @@ class Prober:
             self._own.checker.close()
         self.forensics.close()  # the loaded model and its float64 copy are closed by `loads`' owner
 
+    def _forward_raises(self, point: dict[str, np.ndarray]) -> str | None:
+        """TensorFlow's reason when the loaded model's forward alone raises at `point`, else None."""
+        import tensorflow as tf
+
+        from ..numeric.runner import describe
+
+        try:
+            self.loaded.fn(**{k: tf.constant(v, self.plan.specs[k].dtype) for k, v in point.items()
+                              if k in self.plan.specs})
+        except (tf.errors.OpError, ValueError, TypeError) as exc:
+            return describe(exc)
+        return None
+
     # -- one probe point ---------------------------------------------------------------------------
     def observe(self, config: tuple[str, ...], scale: float, sign: int) -> dict[tuple[str, str], Observation]:
         """What every (source, output) pair does at the probe point (config, scale, sign), or (scale GIVEN) at
@@ -383,8 +400,11 @@ class Prober:
             if exc.stage != "gradient":
                 raise
             # TensorFlow cannot differentiate the model at this point (a determinant's gradient at a singular
-            # matrix): the hazard itself, reported; nothing is observed there
-            self.raised.append((Observation(OK, scale, sign, config).where(self.plan.input_sources), str(exc)))
+            # matrix): the hazard itself, reported; nothing is observed there. Where its forward alone raises too
+            # (a solve of that matrix), that is the reason said
+            forward = self._forward_raises(point)
+            reason = str(exc) if forward is None else FORWARD_RAISES + forward
+            self.raised.append((Observation(OK, scale, sign, config).where(self.plan.input_sources), reason))
             return {}
         exact: dict[str, tuple] = {}
 
