@@ -74,8 +74,9 @@ def _audit(target: str, options: AuditOptions, all_signatures: bool) -> tuple[Re
 
 
 def missing(target: str) -> bool:
-    """A target named as a path (not a Python module:attr) that does not exist."""
-    return not os.path.exists(target) and kind_of(target).name != "python"
+    """A target of a kind named by its path (a SavedModel folder, a Keras file) that does not exist; a Python
+    module:attr and a kind registered by others are theirs to resolve."""
+    return not os.path.exists(target) and kind_of(target).name in ("saved_model", "keras")
 
 
 def audit_model(path: str, options: AuditOptions, all_signatures: bool = False, debug: bool = False) -> ModelAudit:

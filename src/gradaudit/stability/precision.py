@@ -158,7 +158,7 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
     base_rows = [r for r in outcome.results if r.kind == "gradient" and r.scale is None]
     outcome.findings.extend(_gradient_findings(base_rows, target, names[1]))
     outcome.findings.extend(_activation_findings(causes, target))
-    outcome.notes.extend(_rounding_notes([r for r in outcome.results if r.kind == "gradient"], target))
+    outcome.notes.extend(_rounding_notes(outcome.results, target))
     if not outcome.findings and not outcome.incomplete:
         outcome.notes.append(_all_fit(base_rows, target, kept))
 
