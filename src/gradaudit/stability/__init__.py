@@ -170,9 +170,12 @@ def _ladder(prober, analysis, options: StabilityOptions, outcome: StabilityOutco
                              "gradient): nothing else could be observed.")
     else:
         outcome.raised.extend(_raising_points(ladder.raised, plan, analysis))
+    where, reason = ladder.raised[0]
+    ran = "run" if reason.startswith(FORWARD_RAISES) else "differentiate"
     outcome.incomplete.append(
-        f"stability probes could not differentiate the model at {len(ladder.raised)} probe point(s) "
-        f"(first: {ladder.raised[0][0]}: {ladder.raised[0][1]}): nothing was observed there")
+        f"stability probes could not {ran} the model at {len(ladder.raised)} probe point(s) "
+        f"(first: {where}: {reason.removeprefix(FORWARD_RAISES) if ran == 'run' else reason}): nothing was "
+        "observed there")
 
 
 def probe_start(loads, analysis, numeric: NumericOptions):
