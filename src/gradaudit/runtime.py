@@ -296,14 +296,16 @@ def _numeric_traced(static: StaticResult, traced, options: AuditOptions, saved: 
     float64 copy of it can be made; a large one's decided by the local checks of its saved copy (their ops and
     findings under the traced graph's names)."""
     from .numeric import run_numeric_function
-    from .numeric.upcast import float64_blockers
 
-    if not local.wanted() and (copy := saved.get()) is not None and saved.loads.info.function is not None \
-            and not float64_blockers(saved.loads.info):
+    blocked = _no_float64(saved)
+    if not local.wanted() and blocked is None:
+        copy = saved.get()
+        assert copy is not None
         return _renamed_numeric(_numeric(copy, saved.path, options, saved.loads, local), saved)
     copy = saved.get() if local.wanted() else None
     checked = _local_checks(copy, options, saved.loads) if copy is not None else None
-    task = _numeric_task(static, options, local=checked[1] if checked else None)
+    task = replace(_numeric_task(static, options, local=checked[1] if checked else None),
+                   float64_blocked=blocked or "")
     part = _numeric_part(run_numeric_function(traced.fn, task, variable_names=traced.variable_names))
     if checked is None or copy is None:
         return part
@@ -315,6 +317,18 @@ def _numeric_traced(static: StaticResult, traced, options: AuditOptions, saved: 
     return replace(part, findings=found + part.findings,
                    notes=_notes("numeric", stage.notes(outcome, verdict is not None)) + part.notes,
                    local=tuple(replace(c, op=saved.op(c.op)) for c in outcome.checks))
+
+
+def _no_float64(saved: _SavedCopy) -> str | None:
+    """Why the traced function's saved copy has no float64 copy (None: it has one)."""
+    from .numeric.upcast import float64_blockers
+
+    if saved.get() is None:
+        return saved.why
+    if saved.loads.info.function is None:
+        return "its saved copy has no TF2 object graph"
+    blockers = float64_blockers(saved.loads.info)
+    return f"no float64 copy of its saved copy can be made ({'; '.join(blockers)})" if blockers else None
 
 
 def _renamed_numeric(part: NumericPart, saved: _SavedCopy) -> NumericPart:

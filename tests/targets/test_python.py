@@ -252,3 +252,20 @@ def test_a_keras_file_is_checked_on_a_float64_copy_like_its_export(tmp_path, pol
     keras_sources = {n.source for n in reports["keras"].numeric}
     assert keras_sources == {n.source for n in reports["export"].numeric}
     assert np.isfinite([n.rel_error for n in reports["keras"].numeric if n.rel_error is not None]).all()
+
+
+def test_a_keras_file_without_a_float64_copy_says_why_as_its_export_does(tmp_path):
+    """keras.ops.argmax emits a Bitcast, which has no float64 version: the .keras file is checked in its own
+    precision, and says that reason, the export's, not "float64 copies are made of SavedModels only" (tester 12's
+    M3)."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((4,), name="x")
+    probs = keras.layers.Dense(3, activation="softmax", name="dense")(inp)
+    model = keras.Model(inp, {"probs": probs, "cls": keras.ops.cast(keras.ops.argmax(probs, axis=-1), "float32")})
+    model.save(str(tmp_path / "argmax.keras"))
+    model.export(str(tmp_path / "exported"), verbose=False)
+    for name in ("argmax.keras", "exported"):
+        r = audit(str(tmp_path / name))
+        reasons = {n.precision_reason for n in r.numeric if n.scale is None}
+        assert reasons and all("Bitcast" in why for why in reasons), (name, reasons)
+        assert not [n for n in r.notes if "SavedModels only" in n.text], name

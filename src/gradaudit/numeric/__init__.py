@@ -67,6 +67,8 @@ class NumericTask:
     analysis: Any = None
     progress: Callable[[str], None] | None = None
     local: LocalVerdict | None = None  # decided by the local checks: no whole-model check runs
+    # a traced function checked in its own precision: why its saved copy has no float64 copy ("": not said)
+    float64_blocked: str = ""
 
     def say(self, message: str) -> None:
         if self.progress is not None:

@@ -265,9 +265,9 @@ def run_function_session(fn, task: NumericTask, variable_names: dict[int, Any] |
     model = _function_model(fn, PositionalFunction(fn, [t.op.name for t in placeholders], names), specs,
                             variable_names or {})
     outcome = _check(model, _Session(plan, point, task.options, task.say), False)
-    note = "Float64 evaluation applies to SavedModels only: checked in the function's own precision."
-    why = ("float64 copies are made of SavedModels only: the function's own precision" if task.options.upcast
-           else "float64 evaluation disabled")
+    blocked = task.float64_blocked or "float64 copies are made of SavedModels only"
+    note = f"Float64 evaluation is not possible ({blocked}): checked in the function's own precision."
+    why = f"{blocked}: the function's own precision" if task.options.upcast else "float64 evaluation disabled"
     return _with_precision(outcome, why, [note] if task.options.upcast else [])
 
 
