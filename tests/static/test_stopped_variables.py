@@ -87,3 +87,28 @@ def test_a_keras_layer_frozen_with_trainable_false_is_no_trainable_source(tmp_pa
     r = audit_saved_model(path, AuditOptions(static_only=True))
     assert sorted(s.name for s in r.sources if s.kind == "variable") == truth
     assert _ga108(r) == []
+
+
+def test_a_variable_that_reaches_only_an_integer_output_names_the_op_that_made_it_integer(tmp_path):
+    """A classifier whose only output is the class id (argmax, int32): its variables never get a gradient, and
+    GA108 names the ArgMax that turned their value into an integer (tester 12's M4: the warning named no op)."""
+    import keras
+    import tensorflow as tf
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((5,), name="x")
+    probs = keras.layers.Dense(3, activation="softmax", name="probs")(inp)
+    model = keras.Model(inp, {"cls": keras.ops.cast(keras.ops.argmax(probs, axis=-1), "int32")})
+    path = str(tmp_path / "cls")
+    model.export(path, verbose=False)
+    loaded = tf.saved_model.load(path)
+    fn = loaded.signatures["serving_default"]
+    x = tf.ones((2, 5))
+    with tf.GradientTape() as tape:
+        out = next(iter(fn(x=x).values()))
+    assert out.dtype == tf.int32 and tape.gradient(out, list(fn.trainable_variables)) == [None, None]
+    report = audit_saved_model(path, AuditOptions(static_only=True))
+    found = [f for f in report.findings if f.rule == "disconnected-source"]
+    assert len(found) == 2 and all("ArgMax" in f.message for f in found), [f.message for f in found]

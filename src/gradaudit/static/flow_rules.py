@@ -234,6 +234,28 @@ def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
     return findings
 
 
+def _conversions(analysis, i: int, t: int) -> list:
+    """The ops on source i's value paths into tensor `t` that take a float value of it and return only integer or
+    bool results: where its value stops carrying a gradient (the ArgMax before a class-id output); at most 3."""
+    g = analysis.graph
+    found: dict = {}
+    stack, seen = [t], set()
+    while stack and len(found) < 3:
+        a = stack.pop()
+        if a in seen:
+            continue
+        seen.add(a)
+        for p in g.producers(a):
+            node = g.ops[p]
+            ins = [u for u, _ in node.inputs if analysis.reach_value[u] >> i & 1]
+            if node.outputs and any(carries_gradient(g.dtype[u]) for u in ins) and not any(
+                    carries_gradient(g.dtype[o]) for o in node.outputs):
+                found.setdefault(node.ref, None)
+            else:
+                stack.extend(ins)
+    return list(found)
+
+
 def _producer_op(g, t: int):
     ps = g.producers(t)
     return g.ops[ps[0]] if len(ps) == 1 else None
@@ -266,7 +288,11 @@ def _disconnected_variable_findings(analysis) -> list:
         if src.kind == "variable" and not out_value >> i & 1:
             others = [analysis.outputs[j] for j, o in analysis.other_output_tensor.items()
                       if analysis.reach_value[o] >> i & 1]
-            where_to = (f"reaches only {', '.join(f'{o.name} ({o.dtype})' for o in others)}, which carries no "
+            ops = [ref for j, o in analysis.other_output_tensor.items() if analysis.reach_value[o] >> i & 1
+                   for ref in _conversions(analysis, i, o)]
+            through = (f" through {', '.join(dict.fromkeys(r.label for r in ops))}, whose integer or bool result"
+                       if ops else ", which")
+            where_to = (f"reaches only {', '.join(f'{o.name} ({o.dtype})' for o in others)}{through} carries no "
                         "gradient" if others else "reaches no output of the signature")
             findings.append(DisconnectedSource.finding(
                 f"trainable variable {src.name} {where_to}: it never gets a gradient", sources=[src.name]))
