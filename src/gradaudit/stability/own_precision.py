@@ -378,7 +378,7 @@ def compare_underflow(prober, point: dict[str, np.ndarray], where: str, into: Co
 def _scaled_back(prober, point: dict[str, np.ndarray], own: dict, exact: dict, half: str) -> dict[str, np.ndarray]:
     """Per source, the entries of the model's own gradient that its gradient at a loss scale makes finite and
     nonzero, when some entry is zero in its own and not in the float64 copy's (else nothing to tell apart)."""
-    from .precision_math import rescue_scale, settled_loss_scale
+    from .precision_math import came_back, rescue_scale, settled_loss_scale
 
     zero = [s for s, a in own.items() if a is not None and exact.get(s) is not None and np.shape(a) == np.shape(
         exact[s]) and np.any((np.asarray(a) == 0) & (np.asarray(exact[s]) != 0))]
@@ -389,7 +389,7 @@ def _scaled_back(prober, point: dict[str, np.ndarray], own: dict, exact: dict, h
     if factor is None:
         return {}
     scaled = prober.scaled_gradients(point, factor)
-    return {s: np.isfinite(np.asarray(scaled[s], np.float64)) & (np.asarray(scaled[s]) != 0) for s in zero
+    return {s: came_back(scaled[s]) for s in zero
             if scaled.get(s) is not None and np.shape(scaled[s]) == np.shape(own[s])}
 
 

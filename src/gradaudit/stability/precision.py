@@ -22,6 +22,7 @@ from .forensics import Forensics
 from .precision_math import (
     LOST,
     Classes,
+    came_back,
     classify,
     limits,
     magnitudes,
@@ -451,8 +452,7 @@ def _rounded(exact, own, scaled) -> np.ndarray | bool:
     its own at a loss scale: rounded to zero inside it (False where the three cannot be compared)."""
     if own is None or scaled is None or not np.shape(exact) == np.shape(own) == np.shape(scaled):
         return False
-    back = np.isfinite(np.asarray(scaled, np.float64)) & (np.asarray(scaled) != 0)
-    return (np.asarray(exact) != 0) & (np.asarray(own) == 0) & ~back
+    return (np.asarray(exact) != 0) & (np.asarray(own) == 0) & ~came_back(scaled)
 
 
 def _zero_inside(exact, own, scaled=None) -> float | None:
@@ -464,8 +464,7 @@ def _zero_inside(exact, own, scaled=None) -> float | None:
     if scaled is not None:
         if np.shape(scaled) != np.shape(exact):
             return None
-        back = np.isfinite(np.asarray(scaled, np.float64)) & (np.asarray(scaled) != 0)
-        own = np.where(back, own, np.ones_like(own))  # an entry zero at scale 1 counts only if it came back
+        own = np.where(came_back(scaled), own, np.ones_like(own))  # a zero at scale 1 counts only if it came back
     mags = np.abs(np.asarray(exact, np.float64))
     finite = np.isfinite(mags) & np.isfinite(np.asarray(own, np.float64))
     top = float(mags[finite].max(initial=0.0))

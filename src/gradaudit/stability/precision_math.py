@@ -124,6 +124,12 @@ def settled_loss_scale(largest: float | None, target: str) -> float | None:
     return 2.0 ** k
 
 
+def came_back(scaled) -> np.ndarray:
+    """The entries of a gradient taken at a loss scale that are finite and nonzero: the ones the scale brought
+    back (a zero at scale 1 that stays zero is a rounding, not an underflow)."""
+    return np.isfinite(np.asarray(scaled, np.float64)) & (np.asarray(scaled) != 0)
+
+
 def rescue_scale(loss_scale: float | None, u: dict[str, np.ndarray], target: str) -> float | None:
     """The power of two a model computing in `target` has its cotangent `u` scaled by, to tell an entry of its
     own gradient that underflowed to zero (it comes back) from one it rounded to zero (a power-of-two scale
