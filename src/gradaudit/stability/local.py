@@ -256,6 +256,7 @@ class LocalChecker:
         self.shared: dict[str, int] = {}
         self._nodes: dict[OpRef, Any] | None = None
         self._pool: np.ndarray | None = None
+        self._pool_signs = np.empty(0)
         self.float32_checked = 0  # ops the last float32_gaps compared
         # the float32 comparison's check graphs (float64, float32) by ops, shapes and constant inputs
         self._float32_graphs: dict[tuple, tuple[_GradientGraph | None, _GradientGraph | None]] = {}
@@ -379,15 +380,23 @@ class LocalChecker:
         independent, each op is checked on its own); drawn afresh beyond the pool's largest size."""
         if n > _POOL:
             return self.rng.standard_normal(n, dtype=np.float32)
+        return self._window(n)[0]
+
+    def _window(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """A window of `n` entries, at a random offset, of the pool of normals and of their signs."""
         if self._pool is None or self._pool.size < n:
             self._pool = self.rng.standard_normal(min(_POOL, max(4 * n, 1 << 16)))
+            self._pool_signs = np.where(self._pool >= 0, 1.0, -1.0)
         start = int(self.rng.integers(0, self._pool.size - n + 1))
-        return self._pool[start:start + n]
+        return self._pool[start:start + n], self._pool_signs[start:start + n]
 
     def _signs(self, n: int) -> np.ndarray:
         """`n` random signs (float64), for a check graph's fixed cotangent: a window of the same pool at an offset
-        of its own (independent of a direction's entry by entry)."""
-        return np.where(self._normals(n) >= 0, 1.0, -1.0)
+        of its own (independent of a direction's entry by entry), read from the pool's signs taken once (taking them
+        for every window cost a ResNet50's check graphs more than building them)."""
+        if n > _POOL:
+            return np.where(self.rng.standard_normal(n, dtype=np.float32) >= 0, 1.0, -1.0)
+        return self._window(n)[1]
 
     def _item(self, op, values: dict[str, np.ndarray], kind, dtype: str, moved: list[int],
               exact: bool = False) -> _Item | None:
@@ -426,7 +435,7 @@ class LocalChecker:
             feed: dict[Any, np.ndarray] = {}
             for j in which:
                 it = items[j]
-                fed = [np.asarray(x + t * d, dtype=p.dtype.as_numpy_dtype) for p, x, d in zip(feeds[j], it.x, it.d)]
+                fed = [_stepped(x, d, t, p.dtype.as_numpy_dtype) for p, x, d in zip(feeds[j], it.x, it.d)]
                 feed.update(zip(feeds[j], fed))
                 feed.update(it.held)
                 if not it.exact:  # what the gradient's prediction is taken at (_add_point)
@@ -869,6 +878,39 @@ def _dot64(g: np.ndarray, d: np.ndarray) -> tuple[float, float]:
     return total, magnitude
 
 
+_BLOCK = 1 << 18  # entries per block of the step's arithmetic: its temporaries stay small and are reused
+
+
+def _stepped(x: np.ndarray, d: np.ndarray, t: float, dtype) -> np.ndarray:
+    """x + t·d (float64) rounded to `dtype`, a block at a time (the same numbers as `(x + t * d).astype(dtype)`
+    without two float64 temporaries of a large weight's size at every step); in x's own arithmetic otherwise."""
+    if x.dtype != np.float64 or d.dtype != np.float64:
+        return np.asarray(x + t * d, dtype=dtype)
+    out = np.empty(x.shape, dtype)
+    flat, xs, ds = out.reshape(-1), x.reshape(-1), d.reshape(-1)
+    tmp = np.empty(min(xs.size, _BLOCK))
+    for i in range(0, xs.size, _BLOCK):
+        n = min(_BLOCK, xs.size - i)
+        np.multiply(ds[i:i + n], t, out=tmp[:n])
+        np.add(tmp[:n], xs[i:i + n], out=tmp[:n])
+        flat[i:i + n] = tmp[:n]
+    return out
+
+
+def _moved_dot(g: np.ndarray, x: np.ndarray, p: np.ndarray) -> float:
+    """<g, p - x> in float64, p the array fed, a block at a time (no float64 copy of p nor of the difference)."""
+    if x.dtype != np.float64:
+        return float(np.vdot(g.reshape(-1), (p.astype(np.float64, copy=False) - x).reshape(-1)))
+    gs, xs, ps = g.reshape(-1), x.reshape(-1), p.reshape(-1)
+    tmp = np.empty(min(xs.size, _BLOCK))
+    total = 0.0
+    for i in range(0, xs.size, _BLOCK):
+        n = min(_BLOCK, xs.size - i)
+        np.subtract(ps[i:i + n], xs[i:i + n], out=tmp[:n])
+        total += float(np.dot(gs[i:i + n], tmp[:n]))
+    return total
+
+
 def _start_line(it: _Item, phi0: float) -> None:
     """The line of `it` from its recorded point: <g, d> its gradient's slope, the terms' magnitude its scale."""
     sums = [_dot64(g, d) for g, d in zip(it.g, it.d)]
@@ -888,8 +930,7 @@ def _add_point(it: _Item, t: float, phi: float) -> None:
         lin = t * it.line.autodiff
     else:
         assert it.fed is not None, "every run of a non-exact item keeps the arrays it fed"
-        lin = float(sum(np.vdot(g.reshape(-1), (p.astype(np.float64, copy=False) - x).reshape(-1))
-                        for g, x, p in zip(it.g, it.x, it.fed)))
+        lin = float(sum(_moved_dot(g, x, p) for g, x, p in zip(it.g, it.x, it.fed)))
         it.fed = None
     it.line.points[t] = (phi - it.line.phi0, lin)
     it.line.evaluations += 1
