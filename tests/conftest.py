@@ -46,6 +46,23 @@ def static_report(audited):
     return lambda name, **options: audited(name, static_only=True, **options)
 
 
+# The runtime's tests: each builds a model and runs its numeric checks or probes (a second or more apiece).
+RUNTIME_TESTS = ("numeric", "stability", "precision")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The runtime's tests (tests/numeric, tests/stability, tests/precision) are in the slow tier with the tests that
+    start processes, so that `pytest -m "not slow"` (the static pass, the rules, the reports, the CLI, the gate) is
+    a quick loop; run `pytest tests/numeric` and the like for a change to the runtime, and CI runs everything. A
+    browser test starts Chromium: it is in the slow tier too."""
+    tests = os.path.join(ROOT, "tests")
+    for item in items:
+        runtime = os.path.relpath(str(item.path), tests).split(os.sep)[0] in RUNTIME_TESTS
+        if (runtime or item.get_closest_marker("browser")) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config):
     """Python's `platform.processor()` starts `uname -p` once per process and caches it; TensorFlow's loader asks
     for it through h5py. Asked here, before any test, so that no quick-tier test is blamed for that one process."""
@@ -78,10 +95,3 @@ def _processes_only_in_the_slow_tier(request, monkeypatch):
     yield
     if started:
         pytest.fail(f"this test starts a process ({started[0]}): mark it @pytest.mark.slow", pytrace=False)
-
-
-def pytest_collection_modifyitems(items):
-    """A browser test starts Chromium: it is in the slow tier too (`-m "not slow"` leaves it out)."""
-    for item in items:
-        if item.get_closest_marker("browser") and not item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.slow)

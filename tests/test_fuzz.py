@@ -67,6 +67,7 @@ def mutate(data: bytes, kind: str, a: int, b: int, flips: list[int]) -> bytes:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(base=st.sampled_from(BASES), kind=st.sampled_from(["truncate", "flip", "splice", "drop"]),
        a=st.integers(0, 2**31), b=st.integers(0, 2**31), flips=st.lists(st.integers(0, 2**31), max_size=8))
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_mutated_model_reports_or_exits_2(originals, workdir, base, kind, a, b, flips):
     _audit_reports_or_exits_2(workdir, mutate(originals[base], kind, a, b, flips))
 
@@ -125,6 +126,7 @@ def mutate_structure(data: bytes, kind: str, a: int, b: int) -> bytes:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(base=st.sampled_from(BASES), kind=st.sampled_from(STRUCTURED), a=st.integers(0, 2**31),
        b=st.integers(0, 2**31))
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_structurally_mutated_model_reports_or_exits_2(originals, workdir, base, kind, a, b):
     """Changed op types, unknown ops, dangling inputs and output indices, attributes of the wrong kind or
     missing, missing functions, duplicate names, self-loops: a report or one line (exit 2), never

@@ -45,6 +45,7 @@ def test_a_kind_is_registered_once(toy):
         kinds.register(toy)
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_a_registered_kind_is_audited_through_the_api_and_the_cli(toy, samples, tmp_path):
     mlp = os.path.join(samples, "mlp")
     direct = gradaudit.audit(mlp, timeout=None)

@@ -7,6 +7,7 @@ import json
 import os
 
 import jsonschema
+import pytest
 
 from gradaudit.api import AuditOptions, audit_saved_model
 from gradaudit.report import json_report
@@ -16,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JAX = os.path.join(HERE, "..", "sample_models", "thirdparty", "jax_custom_vjp_wrong_x_gt_2")
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_notes_name_their_stage_and_round_trip():
     """A jax2tf model: its float64 copy cannot run (XlaCallModule is compiled for float32), which the numeric
     checks and the probes each note under their own stage, with TensorFlow's reason."""

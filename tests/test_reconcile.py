@@ -9,6 +9,8 @@ from helpers import save_module
 
 from gradaudit.api import AuditOptions, audit_saved_model
 
+pytestmark = pytest.mark.slow  # every test here runs a model's numeric checks
+
 
 def test_partial_stop_gradient_mismatch_is_explained(tmp_path):
     class M(tf.Module):

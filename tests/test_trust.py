@@ -232,6 +232,7 @@ def test_a_variable_another_entry_point_uses_is_info_naming_it():
     assert f.sources == ("scale",) and f.severity.value == "info" and "decode" in f.message
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_checks_that_decide_nothing_make_the_audit_incomplete(tmp_path):
     """Every check inconclusive (the output is NaN at the synthesised point: log of a negative input) is not a
     pass: the report says which sources were never decided and how to give real inputs."""

@@ -6,6 +6,7 @@ the finite differences of the other, and the two variables' checks were merged u
 
 from __future__ import annotations
 
+import pytest
 import tensorflow as tf
 from helpers import save_module
 
@@ -38,6 +39,7 @@ def _tape(path: str) -> dict[tuple[str, str], bool]:
     return truth
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_stopped_head_and_unnamed_variables(tmp_path):
     path = save_module(TwoHeads(), str(tmp_path / "two_heads"))
     r = audit_saved_model(path, AuditOptions())

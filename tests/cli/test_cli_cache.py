@@ -58,6 +58,7 @@ def _every_format(model: Path, out: Path, *args: str):
     return run(model, *args, *files)
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_a_hit_renders_every_format_as_the_run_that_filled_it_and_audits_nothing(tmp_path, _isolated, audits):
     model = _copy("classifier_argmax", tmp_path)
     args = ("--timeout", "0", "--cache", "cache")  # the whole audit, numeric checks and probes, in this process
@@ -154,6 +155,7 @@ def test_an_unwritable_cache_warns_once_and_changes_nothing_else(tmp_path, _isol
     assert line.startswith("gradaudit: warning: cannot write the cache afile/cache: ") and "not cached" in line
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_the_model_folder_is_never_written(tmp_path, _isolated):
     model = _copy("classifier_argmax", tmp_path)
     before = _listing(model)

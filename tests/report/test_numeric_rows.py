@@ -91,6 +91,7 @@ def test_json_keeps_every_check(probed):
     assert sum(n["status"] == "inconclusive" and n["scale"] is not None for n in data["numeric"]) == 7
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_a_real_audit_folds_what_float32_cannot_decide():
     """jax_mlp's compiled module is fixed to float32: at the probe points its float32 checks cannot decide
     (no float64 copy runs); the text report shows one line per source for them, the JSON every check."""

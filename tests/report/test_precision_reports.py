@@ -91,6 +91,7 @@ def _results(report: Report, kind: str) -> dict[tuple[str, float | None], Precis
     return {(p.name, p.scale): p for p in report.precision if p.kind == kind}
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 @pytest.mark.parametrize("name", MODELS)
 def test_html_cells_hold_each_results_fractions(reports, name):
     report = reports[name]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from gradaudit.report import terminal
@@ -43,6 +44,7 @@ def test_the_numeric_table_shows_each_check_of_the_report(audited):
     assert "fail" in {r[2] for r in rows}
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_the_stability_table_names_the_failure_at_each_scale(audited):
     for name, source, output, scale, cell in [("unstable_norm", "x", "y", 0.0, "NaN/Inf grad"),
                                               ("log1pexp_naive", "x", "y", 100.0, "NaN/Inf fwd")]:

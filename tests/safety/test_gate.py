@@ -62,6 +62,7 @@ def test_default_run_runs_nothing_and_names_the_op(hostile, name, tmp_path, monk
         assert not os.path.exists(canary), "the canary was written"
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_the_canary_is_real_when_the_user_allows_it(hostile, tmp_path):
     path, canary = hostile["custom_gradient_writes"]
     report = audit_saved_model(path, AuditOptions(allow_unsafe_ops=True, probe_scales=(1.0,)))

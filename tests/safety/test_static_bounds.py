@@ -292,6 +292,7 @@ def _variables(tmp_path, index: bytes, data_bytes: int) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_index_with_too_many_entries_is_reported_not_read(tmp_path):
     path = _variables(tmp_path, tensor_bundle_index(MAX_INDEX_ENTRIES + 1), 4 * (MAX_INDEX_ENTRIES + 1))
     problem = variables_problem(path, True)
@@ -299,6 +300,7 @@ def test_index_with_too_many_entries_is_reported_not_read(tmp_path):
     assert f"more than {MAX_INDEX_ENTRIES:,} entries" in problem
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_index_at_the_entry_cap_is_checked(tmp_path):
     path = _variables(tmp_path, tensor_bundle_index(MAX_INDEX_ENTRIES), 4 * MAX_INDEX_ENTRIES - 1)
     assert variables_problem(path, True) == ("variables/variables.data-00000-of-00001 is truncated: "
@@ -350,6 +352,7 @@ def _many_sources_model(path: str, sources: int, chain: int) -> str:
     return path
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_reachability_masks_are_bounded_before_they_are_made(tmp_path, monkeypatch):
     from click.testing import CliRunner
 

@@ -7,6 +7,7 @@ part. The truth: TensorFlow's gradient on the loaded float64 model against centr
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from helpers import save_module
 
@@ -83,6 +84,7 @@ def test_zeta_in_x_is_smooth_and_its_gradient_is_not_implemented(tmp_path):
     assert next(e for e in report.flow if e.source == "x").status == "blocked"
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_the_floor_inside_expm_loses_nothing(tmp_path):
     path = _model(tmp_path, "expm", lambda m, a: {"y": tf.linalg.expm(a * m.w)}, shape=(3, 3), input_name="a")
     a0 = np.array([[0.5, 1.2, -0.3], [0.1, -0.7, 0.9], [1.4, 0.2, 0.3]]) * 3
@@ -93,6 +95,7 @@ def test_the_floor_inside_expm_loses_nothing(tmp_path):
     assert "true derivative is zero almost everywhere" in f.message and "misses this path's part" not in f.message
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_a_gradient_penalty_through_leaky_relu_is_exact(tmp_path):
     def fn(m, x):
         with tf.GradientTape() as t:

@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 THIRDPARTY = os.path.join(ROOT, "sample_models", "thirdparty")
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 @pytest.mark.parametrize("name", ["tfp_gamma_rsample", "tfp_beta_rsample"])
 def test_tfp_reparameterized_samplers_pass_with_the_sampler_named(name):
     report = audit_saved_model(os.path.join(THIRDPARTY, name), AuditOptions())
@@ -47,6 +48,7 @@ def test_no_sampler_finding_without_randomness(samples):
     assert not [f for f in report.findings if f.rule == "sampler-gradient"]
 
 
+@pytest.mark.slow  # a model's numeric checks, seconds
 def test_a_wrong_custom_gradient_after_a_random_draw_still_fails(tmp_path):
     """z = mu + exp(log_sigma) * eps(seed) + x, then a custom square whose gradient is 3z instead of 2z: the
     draw happens before the custom gradient, which is an ordinary (wrong) one."""

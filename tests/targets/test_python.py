@@ -15,6 +15,8 @@ from gradaudit import GradauditError, audit
 from gradaudit.report import json_report
 from gradaudit.testing import assert_differentiable
 
+pytestmark = pytest.mark.slow  # every test here runs a model's numeric checks
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where example_models.py is
 
 
