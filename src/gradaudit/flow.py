@@ -111,6 +111,8 @@ class StaticAnalysis:
 
 def cut_rule(node: OpNode, g: Dataflow) -> str:
     t = node.ref.op_type
+    if node.written_by:
+        return "variable-state"
     if t in PYFUNC_OPS:
         return "py-function"
     if t in STOP_OPS and node.grad_kind is not GradKind.RAISES:
@@ -352,6 +354,12 @@ def _cut_sources(g: Dataflow, masks: ReachMasks, node: OpNode, op_id: int) -> in
         for t, f in node.inputs:
             if f & VALUE and not f & GRADIENT_EDGES and carries_gradient(g.dtype[t]):  # shape reads: no cut
                 src |= masks.reach_grad[t]
+    # what a variable read gives back of a value written into it carries no gradient; the variable's own part
+    # (a trainable variable written with itself, kernel * mask) is GA112's, which the read still differentiates
+    own = masks.reach_grad[node.inputs[0][0]] if node.written_values and node.inputs else 0
+    for t in node.written_values:
+        if carries_gradient(g.dtype[t]):
+            src |= masks.reach_grad[t] & ~own
     if masks.reach_grad[op_id] and node.outputs and not any(carries_gradient(g.dtype[o]) for o in node.outputs):
         src |= masks.reach_grad[op_id]  # a gradient enters, but no output can carry one back: a dead end
     return src

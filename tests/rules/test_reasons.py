@@ -13,12 +13,12 @@ from gradaudit.rules.base import REASON_FIELDS, Reason
 
 # the slugs flow.cut_rule gives a cut
 CUT_RULES = ("py-function", "stop-gradient", "gradient-raises", "integer-path", "unknown-op", "custom-gradient",
-             "zero-gradient", "no-gradient", "not-differentiable")
+             "zero-gradient", "no-gradient", "not-differentiable", "variable-state")
 
 
 def test_every_reason_names_only_a_cuts_facts():
     reasons = [reason for r in ALL_RULES for reason in r.reasons]
-    assert len(reasons) == 14
+    assert len(reasons) == 15
     for reason in reasons:
         fields = {name for _, name, _, _ in string.Formatter().parse(reason.template) if name is not None}
         assert fields and fields <= set(REASON_FIELDS), reason.template

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tensorflow.python.framework import tensor_util
 
@@ -37,6 +37,13 @@ CASE_OPS = {"Case", "StatelessCase"}
 # Ops whose result depends on the shape of their input, not on its values.
 METADATA_OPS = {"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike", "VariableShape",
                 "TensorListLength", "TensorListElementShape"}
+# Ops that write a variable through its handle (input 0), by the input whose value they write (or add, subtract,
+# scatter) into it, and the ops that read a variable's value back.
+STATE_WRITES = {"AssignVariableOp": 1, "AssignAddVariableOp": 1, "AssignSubVariableOp": 1,
+                "ResourceScatterUpdate": 2, "ResourceScatterAdd": 2, "ResourceScatterSub": 2,
+                "ResourceScatterMul": 2, "ResourceScatterDiv": 2, "ResourceScatterMin": 2, "ResourceScatterMax": 2,
+                "ResourceScatterNdUpdate": 2, "ResourceScatterNdAdd": 2, "ResourceScatterNdSub": 2}
+STATE_READS = {"ReadVariableOp", "ResourceGather", "ResourceGatherNd"}
 CONVERTING_INPUTS = {"Cast": (0,), "Select": (0,), "SelectV2": (0,), "OneHot": (0,), "Bitcast": (0,)}
 TOP = "<graph>"
 
@@ -55,6 +62,10 @@ class OpNode:
     known: bool = True
     uncertain: str | None = None  # why whether a gradient passes this op cannot be known (MAYBE edges)
     grad_error: str | None = None  # the registered gradient function raises: TensorFlow's message
+    # a variable read that comes after writes of the same variable in its body: the ops that wrote it, whose
+    # written values reach this read's result by value along edges that carry no gradient (a variable's state)
+    written_by: tuple[OpRef, ...] = ()
+    written_values: tuple[int, ...] = ()
 
 
 @dataclass
@@ -215,6 +226,19 @@ def _result_groups(node, inputs: list[int], outputs: list[int]) -> list[tuple[ra
         if deps is not None and len(deps) == len(outputs) and all(i < len(inputs) for d in deps for i in d):
             return [(d, [o]) for d, o in zip(deps, outputs)]
     return [(range(len(inputs)), list(outputs))]
+
+
+def _written_before(read, writes: dict, resolved: dict[str, list[int]]) -> list[tuple[Any, int]]:
+    """(write, the value it writes) for each write of the read's variable (the same handle) the read's control
+    inputs order before it."""
+    handle = resolved[read.name][0]
+    out = []
+    for ref in read.input:
+        w = writes.get(ref[1:]) if ref.startswith("^") else None
+        args = resolved.get(w.name, []) if w is not None else []
+        if w is not None and args and args[0] == handle and STATE_WRITES[w.op] < len(args):
+            out.append((w, args[STATE_WRITES[w.op]]))
+    return out
 
 
 class GraphTooLarge(Exception):
@@ -423,14 +447,39 @@ class DataflowBuilder:
         self.budget.charge(len(g.dtype) - before)
         if unknown:
             self._dtypes_from_consumers(nodes, outs, layouts, in_function)
+        resolved: dict[str, list[int]] = {}
         for node, calls in zip(nodes, targets):
             inputs = []
             for ref in node.input:
                 parsed = _parse_ref(ref, in_function)
                 if parsed is not None:
                     inputs.append(self._resolve_parsed(parsed, outs, layouts))
+            resolved[node.name] = inputs
             self._wire_node(node, fname, inputs, outs[node.name], layouts[node.name], calls)
+        self._wire_state(nodes, fname, resolved, outs)
         return outs, layouts
+
+    def _wire_state(self, nodes, fname: str, resolved: dict[str, list[int]], outs: dict[str, list[int]]) -> None:
+        """A variable read ordered after a write of the same variable in this body (the control input automatic
+        control dependencies give it: `self.cache.assign(h); y = f(self.cache)`, or `assign`'s own value) reads
+        what was written: the written value reaches the read's result by value, along an edge that carries no
+        gradient, for TensorFlow's gradient does not flow through a variable's state."""
+        writes = {node.name: node for node in nodes if node.op in STATE_WRITES}
+        if not writes:
+            return
+        g = self.g
+        for node in nodes:
+            if node.op not in STATE_READS or not resolved[node.name] or not outs[node.name]:
+                continue
+            written = _written_before(node, writes, resolved)
+            op_id = g.producer.get(outs[node.name][0])
+            if not written or op_id is None or op_id not in g.ops:
+                continue
+            for _, value in written:
+                g.edge(value, op_id, VALUE)
+            read = g.ops[op_id]
+            read.written_by = tuple(OpRef(w.op, w.name, fname) for w, _ in written)
+            read.written_values = tuple(v for _, v in written)
 
     def _dtypes_from_consumers(self, nodes, outs, layouts, in_function: bool) -> None:
         """The results of an op this TensorFlow does not know get their dtypes from the known ops that read

@@ -403,7 +403,46 @@ WritesVariable = define(
 )
 
 
+ThroughVariableState = define(
+    "GA113", "variable-state", Severity.ERROR,
+    reasons=(Reason("{t} reads back a variable this signature wrote a value into first: no gradient flows through a "
+                    "variable's state, so what was written gets none from what is read"),),
+    fix="Compute the outputs from the value itself (h = f(x); self.cache.assign(h); y = g(h)), not from the "
+        "variable read back after the write; keep a variable for state that needs no gradient, and wrap a "
+        "deliberate cut in tf.stop_gradient.",
+    explains_mismatch=True, partial_severity=Severity.WARNING,
+    doc="""A value reaches an output only through a variable: written into it, then read back.
+
+    ## What it does
+    Finds variable reads (`ReadVariableOp`, `ResourceGather`) that come after a write of the same variable
+    in the same function (`AssignVariableOp` and its add, sub and scatter variants; automatic control
+    dependencies order the two), where the value written depends on a source and the value read reaches
+    an output.
+
+    ## Why is this bad?
+    The output depends on the inputs and weights that made the written value, but TensorFlow's gradient
+    does not flow through a variable's state: the tape gives them `None` through this path, so they never
+    learn from it, and nothing raises. A cache, a buffer or a running state read back in the same call is
+    the usual cause; `v.assign(h)` used as a value reads the variable back too.
+
+    ## Example
+    ```python
+    self.cache.assign(tf.tanh(x @ self.w))
+    return self.cache @ self.v              # x and w get no gradient
+    ```
+
+    ## Use instead
+    ```python
+    h = tf.tanh(x @ self.w)
+    self.cache.assign(h)                    # the state, if it is needed
+    return h @ self.v
+    ```
+    """,
+)
+
+
 RULES: tuple[Rule, ...] = (
     NoGradient, NotDifferentiable, ZeroGradient, IntegerPath, PyFunction, StopGradient,
     CustomGradient, DisconnectedSource, UnknownOp, GradientRaises, SamplerGradient, WritesVariable,
+    ThroughVariableState,
 )

@@ -205,6 +205,8 @@ def _cut_message(analysis, ref, cut, dead: bool) -> str:
             part = "so the gradient misses this path's part"
         parts.append(("and " if parts else "it ") + "cuts one path of the gradient while other paths still "
                      f"carry one {_pairs(analysis, cut.partial_pairs)}, {part}")
+    if cut.node.written_by:  # the write whose value the read gives back: where the code to change is
+        reason += f" (written by {', '.join(w.label for w in cut.node.written_by)})"
     return f"{ref.label}: {reason}; {' '.join(parts)}"
 
 
