@@ -43,10 +43,22 @@ def run_static(model: AuditTarget, sig: SignatureGraph, target: Target) -> Stati
         detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise GradauditError(f"{target.path}: malformed model, the graph of {target.signature!r} cannot be "
                              f"analysed ({exc.__class__.__name__}: {detail})") from None
+    notes = [*analysis.notes, *_left_out(model, target)]
     result = StaticResult(target=target, sources=tuple(analysis.sources), outputs=tuple(analysis.outputs),
                           flow=tuple(analysis.flow), findings=(), paths=(),
-                          notes=tuple(Note("static", n) for n in analysis.notes), analysis=analysis, model=model)
+                          notes=tuple(Note("static", n) for n in notes), analysis=analysis, model=model)
     return replace(result, findings=tuple(_rules_check(analysis, result)), paths=tuple(blocked_paths(analysis)))
+
+
+def _left_out(model: AuditTarget, target: Target) -> list[str]:
+    """A note naming the model's other signatures, which this audit does not cover (a CI gate that audits
+    serving_default says nothing of a `quantized` or `train` one)."""
+    others = model.other_signatures(target.signature) if target.signature else []
+    if not others:
+        return []
+    return [f"This audit covers signature {target.signature!r}; the model has {len(others)} other signature(s), "
+            f"not audited here: {', '.join(others)} (audit one with --signature NAME, every one with "
+            "--all-signatures)."]
 
 
 def _rules_check(analysis: StaticAnalysis, partial: StaticResult) -> list[Finding]:

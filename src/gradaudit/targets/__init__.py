@@ -113,3 +113,7 @@ class AuditTarget(Protocol):
     def all_variables(self) -> list[VariableInfo]:
         """Every variable the model holds, trainable or not, captured by the entry point or not."""
         ...
+
+    def other_signatures(self, key: str) -> list[str]:
+        """The model's signatures beside `key` that run another function (what an audit of `key` leaves out)."""
+        ...

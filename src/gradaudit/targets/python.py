@@ -345,6 +345,9 @@ class TracedModel:
     def all_variables(self) -> list[VariableInfo]:
         return self.traced.owner_variables
 
+    def other_signatures(self, key: str) -> list[str]:  # one traced function: nothing beside it
+        return []
+
     def signature(self, key: str | None = None) -> SignatureGraph:  # one function: no key
         fn = self.traced.fn
         captured = {id(t): i for i, t in enumerate(fn.graph.internal_captures)}

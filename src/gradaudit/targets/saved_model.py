@@ -269,6 +269,22 @@ class SavedModelFile:
     def signature_keys(self) -> list[str]:
         return [k for k in self.meta_graph.signature_def if k != INIT_OP_KEY]
 
+    def other_signatures(self, key: str) -> list[str]:
+        """The signatures beside `key` that run another function: Keras' `serve` beside `serving_default`, two
+        wrappers calling the same function, is not one."""
+        mine = self._runs(key)
+        return [k for k in self.signature_keys() if k != key and self._runs(k) != mine]
+
+    def _runs(self, key: str) -> tuple[str, ...]:
+        """What signature `key` runs: the functions its wrapper calls (or the wrapper, or the key itself)."""
+        name = self.concrete_signature(key)[0] if key in self.meta_graph.signature_def else None
+        fdef = self.library.functions.get(name) if name else None
+        if name is None or fdef is None:
+            return (key,)
+        called = sorted(n.attr["f"].func.name for n in fdef.node_def if n.op in ("PartitionedCall",
+                                                                                "StatefulPartitionedCall"))
+        return tuple(called) or (name,)
+
     def saved_functions(self) -> dict[str, str]:
         """Concrete functions the object graph exposes (for models saved without signatures), by their
         stable name: the attribute path from the root object (`decode`, `encoder.decode`), which does not
