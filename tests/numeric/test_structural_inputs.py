@@ -197,3 +197,22 @@ def test_equal_rows_of_a_scatter_update_make_the_gradient_differ_so_the_synthesi
     for seed in range(5):
         rows = synthesise(specs, AuditOptions(seed=seed), domains)["rows"]
         assert len(set(rows.tolist())) == 3 and rows.min() >= 0 and rows.max() < 6, rows
+
+
+def test_the_report_says_the_scatter_rows_were_distinct_and_repeated_ones_given_fail(built, tmp_path):
+    """Tester 13's m16: synthesised distinct rows pass, and the report said nothing of what that left unchecked.
+    The note names the scatter and the repeated rows; given repeated rows (where the tape's gradient is not the
+    derivative, _truth_agrees) the audit fails on them, and the note is gone (the rows are the user's)."""
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    report = audit_saved_model(built["scatter"], AuditOptions())
+    said = [n.text for n in report.notes if n.text.startswith("Input rows")]
+    assert len(said) == 1 and "distinct rows in [1, 6)" in said[0] and "TensorScatterUpdate" in said[0], said
+    assert "--inputs" in said[0] and report.verdict() == "pass"
+    repeated = dict(VALID["scatter"], rows=np.array([1, 1, 3]))
+    assert not _truth_agrees(built["scatter"], "scatter", repeated)
+    np.savez(tmp_path / "rows.npz", **{k: np.asarray(v, np.int32 if k == "rows" else np.float32)
+                                       for k, v in repeated.items()})
+    given = audit_saved_model(built["scatter"], AuditOptions(inputs_file=str(tmp_path / "rows.npz")))
+    assert given.verdict() == "fail" and "GA201" in {f.code for f in given.findings}
+    assert not [n for n in given.notes if n.text.startswith("Input rows")]

@@ -156,3 +156,27 @@ def _integers(domain, shape: tuple[int, ...], rng: np.random.Generator, np_dtype
             ids[1::2, ..., -1] = 0  # every other example ends with one padding position
         return ids.astype(np_dtype)
     return np.zeros(shape, dtype=np_dtype)
+
+
+def synthesised_notes(specs: Mapping[str, Any], options: PointOptions, domains: Domains | None) -> list[str]:
+    """One note per integer input synthesised for the domain the graph tells (token ids, labels, segment ids,
+    indices): the values the checks decided at, and for rows a scatter update writes, what distinct rows leave
+    unchecked."""
+    if domains is None:
+        return []
+    given = given_inputs(options.inputs_file)
+    notes = []
+    for name in sorted(specs):
+        domain = domains.inputs.get(name)
+        if name in given or domain is None or not specs[name].dtype.is_integer:
+            continue
+        if domain.distinct is None:
+            notes.append(f"Input {name} was synthesised as {domain.describe()}.")
+            continue
+        low = 1 if domain.kind in ("ids", "count") else 0
+        within = f" in [{low}, {domain.high})" if domain.high else ""
+        notes.append(f"Input {name} was synthesised as distinct rows{within}, the rows {domain.distinct.label} "
+                     "writes: where two rows repeat, its forward keeps one update while TensorFlow's gradient gives "
+                     f"each its part, so the gradient there is not the derivative and was not checked; give {name} "
+                     "as the model gets it with --inputs.")
+    return notes

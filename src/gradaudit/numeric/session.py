@@ -15,7 +15,7 @@ from ..rules import numeric as rules
 from . import ALL_VARIABLES, LocalVerdict, NumericOptions, NumericOutcome, NumericTask
 from .checks import Checker, Group, Settings
 from .domains import Domains
-from .inputs import InputError, given_inputs, synthesise
+from .inputs import InputError, given_inputs, synthesise, synthesised_notes
 from .runner import ModelError, ModelLoads, PositionalFunction, Runner, UncutDerivative, describe, signature_variables
 from .savedmodel import SavedModelInfo
 from .sweep import ladder_for
@@ -184,6 +184,20 @@ def run_session(loads: ModelLoads, task: NumericTask, domains: Domains | None = 
     point = _point(plan, task.options, plan.domains)
     if isinstance(point, NumericOutcome):
         return point
+    return _point_noted(_checked_at(loads, task, plan, point), plan, task.options)
+
+
+def _point_noted(outcome: NumericOutcome, plan: Plan, options: NumericOptions) -> NumericOutcome:
+    """The outcome with a note on each integer input synthesised for what the graph says it is (the checks
+    decided at those values only: rows a scatter update writes are distinct, where its gradient is the
+    derivative)."""
+    return replace(outcome, notes=[*synthesised_notes(plan.specs, options, plan.domains), *outcome.notes])
+
+
+def _checked_at(loads: ModelLoads, task: NumericTask, plan: Plan, point: dict[str, np.ndarray]) -> NumericOutcome:
+    """The checks of a SavedModel signature at `point`: decided by the local checks, or on the float64 copy, or
+    in the model's own precision."""
+    info = loads.info
     if (nothing := plan.empty()) is not None:
         return nothing
     if task.local is not None:
@@ -261,14 +275,14 @@ def run_function_session(fn, task: NumericTask, variable_names: dict[int, Any] |
     if (nothing := plan.empty()) is not None:
         return nothing
     if task.local is not None:  # decided by the local checks of the function's saved copy
-        return decided_locally(plan, task.local)
+        return _point_noted(decided_locally(plan, task.local), plan, task.options)
     model = _function_model(fn, PositionalFunction(fn, [t.op.name for t in placeholders], names), specs,
                             variable_names or {})
     outcome = _check(model, _Session(plan, point, task.options, task.say), False)
     blocked = task.float64_blocked or "float64 copies are made of SavedModels only"
     note = f"Float64 evaluation is not possible ({blocked}): checked in the function's own precision."
     why = f"{blocked}: the function's own precision" if task.options.upcast else "float64 evaluation disabled"
-    return _with_precision(outcome, why, [note] if task.options.upcast else [])
+    return _point_noted(_with_precision(outcome, why, [note] if task.options.upcast else []), plan, task.options)
 
 
 def _function_model(fn, call, specs: dict[str, Any], variable_names: dict[int, Any]) -> _Model:
