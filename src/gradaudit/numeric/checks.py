@@ -377,7 +377,8 @@ class Checker:
                 source=group.source, outputs=CheckedOutputs.of(group.outputs, r.float_outputs),
                 status="inconclusive", rel_error=None, step=None, dtype=self.s.dtype, evaluations=2,
                 reason="the outputs or the gradient are NaN or Inf at the checked point (numerical "
-                       "stability)" + ("" if self.s.given else "; pass valid inputs with --inputs")))
+                       "stability)" + ("" if self.s.given else
+                                    "; if the model's real inputs avoid that, pass them with --inputs")))
             return
         snapshot = r.snapshot()
         evaluations = 1  # the gradient at the base point

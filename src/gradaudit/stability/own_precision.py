@@ -121,6 +121,7 @@ class Comparison:
     # copy's, and stay zero at a loss scale: the half precision's rounding, not an underflow (share, where)
     rounded: dict[str, tuple[float, str]] = field(default_factory=dict)
     half: str | None = None  # that compute dtype
+    nonfinite: int = 0  # points compared where no source's gradients were finite in both (nothing compared there)
 
 
     def record(self, gaps: list[Gap], where: str) -> None:
@@ -278,6 +279,8 @@ def compare_at(prober, point: dict[str, np.ndarray], where: str, scale: float | 
     per_unit = _per_unit(prober, point, out32)
     gaps = [g for g in (gap_of(s, (g32[s], n32.get(s)), (g64.get(s), n64.get(s)), per_unit(s)) for s in g32)
             if g is not None]
+    if not gaps:  # no source has finite gradients of one shape in both: the probes report what is not finite
+        into.nonfinite += 1
     flagged = [g for g in gaps if g.flagged]
     into.record(gaps, where)
     _rounding(prober, [g for g in gaps if g.rounding], (where, scale), into)
@@ -593,9 +596,12 @@ def summary(into: Comparison) -> list[str]:
     if into.ops_checked and not into.findings:
         lines.append(f"The float32 gradient of each of {into.ops_checked} op(s) agrees with its float64 kernel's at "
                      f"the values the model gives it, at {into.points} point(s).")
-    elif not into.rows and not into.ops_checked:
-        lines.append(f"The float32 gradients agree with the float64 copy's at {into.points} point(s): within "
-                     f"{pct(into.largest)}" + (" elsewhere" if into.noisy else "") + ".")
+    elif not into.rows and not into.ops_checked and into.points > into.nonfinite:
+        lines.append(f"The float32 gradients agree with the float64 copy's at {into.points - into.nonfinite} "
+                     f"point(s): within {pct(into.largest)}" + (" elsewhere" if into.noisy else "") + ".")
+    if into.nonfinite:
+        lines.append(f"The float32 and float64 gradients were not compared at {into.nonfinite} point(s): no "
+                     "source's gradient is finite there in both (the stability probes report where).")
     if into.noisy:
         largest = max(into.noisy)[1]
         lines.append(f"The float32 gradient differs from the float64 copy's by more than {pct(GAP)} at "
