@@ -578,21 +578,9 @@ def summary(into: Comparison) -> list[str]:
     """One line on the points compared: where the gradients agree, and the gaps float32's own noise matches."""
     if not into.points:
         return []
-    lines = []
     if into.half is not None:
-        lost = [s for s, (share, _, _) in into.underflow.items() if share > 0]
-        rounded = sorted((s, share, where) for s, (share, where) in into.rounded.items() if share >= LOST)
-        if not lost and not rounded:
-            lines.append(f"The model computes in {into.half} inside: no gradient entry is zero where its float64 "
-                         f"copy's is not, at {into.points} point(s) (nothing underflowed inside).")
-        if rounded:
-            lines.append(f"The model computes in {into.half} inside, and its own gradient is exactly zero where its "
-                         "float64 copy's is not, also with the cotangent scaled by a loss scale: "
-                         + ", ".join(f"{s} {pct(share)} at {where}" for s, share, where in rounded)
-                         + f". A power-of-two scale changes nothing but under- and overflow, so these are "
-                           f"{into.half}'s rounding (a cancellation, a saturated activation), not an underflow: no "
-                           "loss scale brings them back.")
-        return lines
+        return _half_summary(into)
+    lines = []
     if into.ops_checked and not into.findings:
         lines.append(f"The float32 gradient of each of {into.ops_checked} op(s) agrees with its float64 kernel's at "
                      f"the values the model gives it, at {into.points} point(s).")
@@ -618,4 +606,23 @@ def summary(into: Comparison) -> list[str]:
         lines.append(f"The float32 gradient differs from the float64 copy's beyond float32's noise at "
                      f"{len(into.unmeasurable)} point(s), by less than float64 finite differences of the forward "
                      f"resolve ({into.unmeasurable[0]}): not a float32 error to report.")
+    return lines
+
+
+def _half_summary(into: Comparison) -> list[str]:
+    """The summary of a model computing in a half precision inside: whether anything underflowed, and the zeros that
+    are its rounding."""
+    lines = []
+    lost = [s for s, (share, _, _) in into.underflow.items() if share > 0]
+    rounded = sorted((s, share, where) for s, (share, where) in into.rounded.items() if share >= LOST)
+    if not lost and not rounded:
+        lines.append(f"The model computes in {into.half} inside: no gradient entry is zero where its float64 "
+                     f"copy's is not, at {into.points} point(s) (nothing underflowed inside).")
+    if rounded:
+        lines.append(f"The model computes in {into.half} inside, and its own gradient is exactly zero where its "
+                     "float64 copy's is not, also with the cotangent scaled by a loss scale: "
+                     + ", ".join(f"{s} {pct(share)} at {where}" for s, share, where in rounded)
+                     + f". A power-of-two scale changes nothing but under- and overflow, so these are "
+                       f"{into.half}'s rounding (a cancellation, a saturated activation), not an underflow: no "
+                       "loss scale brings them back.")
     return lines
