@@ -6,6 +6,12 @@ from . import ALL_RULES
 
 FAMILIES = (("GA1", "Gradient flow (static)"), ("GA2", "Numeric checks"), ("GA3", "Numerical hazards and probes"),
             ("GA4", "Safety"))
+# what a family's severities do beyond each rule's default, said once above its rules
+INTROS = {"GA3": "A hazard (GA301 to GA306) is found from the graph alone, at its default severity (warning). The "
+                 "stability probes then judge it: a hazard whose op they see make a gradient NaN or Inf becomes an "
+                 "**error** that says where (`confirmed_by`), beside the probe's own GA310 or GA311, which carries "
+                 "the scales, the source and the output; a hazard they reach without seeing it fail becomes "
+                 "**info** (`probed`); `--static-only` keeps the warning."}
 
 
 def _headings_down(doc: str) -> str:
@@ -23,7 +29,7 @@ def markdown() -> str:
         rules = [r for r in ALL_RULES if r.code.startswith(prefix)]
         if not rules:
             continue
-        out += ["", f"## {title}"]
+        out += ["", f"## {title}"] + (["", INTROS[prefix]] if prefix in INTROS else [])
         for r in rules:
             out += ["", f"### {r.code} {r.slug}", "", f"Default severity: **{r.severity.value}**. {r.summary}", "",
                     _headings_down(r.doc), "", f"**Fix:** {r.fix}"]
