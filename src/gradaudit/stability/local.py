@@ -176,6 +176,7 @@ class _Item:
     rel: float | None = None  # the exact check's relative error
     held: dict = field(default_factory=dict)  # the check graph's placeholders of its fixed cotangent, and their values
     fed: list[np.ndarray] | None = None  # the arrays fed at the step evaluated last (rounded to the placeholders')
+    lin: float | None = None  # or the change the gradient predicts for them, read as they were made
 
 
 def _is_float(t) -> bool:
@@ -437,11 +438,12 @@ class LocalChecker:
             feed: dict[Any, np.ndarray] = {}
             for j in which:
                 it = items[j]
-                fed = [_stepped(x, d, t, p.dtype.as_numpy_dtype) for p, x, d in zip(feeds[j], it.x, it.d)]
-                feed.update(zip(feeds[j], fed))
+                stepped = [_stepped(x, d, t, p.dtype.as_numpy_dtype, None if it.exact else g)
+                           for p, x, d, g in zip(feeds[j], it.x, it.d, it.g)]
+                feed.update(zip(feeds[j], [a for a, _ in stepped]))
                 feed.update(it.held)
-                if not it.exact:  # what the gradient's prediction is taken at (_add_point)
-                    it.fed = fed
+                if not it.exact:  # the change the gradient predicts for the arrays fed (_add_point)
+                    it.lin = float(sum(lin for _, lin in stepped))
             outcome.runs += 1
             return [float(v) for v in session.run([phis[j] for j in which], feed)]
 
@@ -883,20 +885,28 @@ def _dot64(g: np.ndarray, d: np.ndarray) -> tuple[float, float]:
 _BLOCK = 1 << 18  # entries per block of the step's arithmetic: its temporaries stay small and are reused
 
 
-def _stepped(x: np.ndarray, d: np.ndarray, t: float, dtype) -> np.ndarray:
-    """x + t·d (float64) rounded to `dtype`, a block at a time (the same numbers as `(x + t * d).astype(dtype)`
-    without two float64 temporaries of a large weight's size at every step); in x's own arithmetic otherwise."""
+def _stepped(x: np.ndarray, d: np.ndarray, t: float, dtype, g: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """(x + t·d (float64) rounded to `dtype`, and with `g` <g, fed - x>: the change the gradient predicts for the
+    array really fed), a block at a time: the same numbers as `(x + t * d).astype(dtype)` without two float64
+    temporaries of a large weight's size at every step, and the prediction read while each block is at hand; in
+    x's own arithmetic otherwise."""
     if x.dtype != np.float64 or d.dtype != np.float64:
-        return np.asarray(x + t * d, dtype=dtype)
+        fed = np.asarray(x + t * d, dtype=dtype)
+        return fed, 0.0 if g is None else _moved_dot(g, x, fed)
     out = np.empty(x.shape, dtype)
     flat, xs, ds = out.reshape(-1), x.reshape(-1), d.reshape(-1)
+    gs = None if g is None else g.reshape(-1)
     tmp = np.empty(min(xs.size, _BLOCK))
+    lin = 0.0
     for i in range(0, xs.size, _BLOCK):
         n = min(_BLOCK, xs.size - i)
         np.multiply(ds[i:i + n], t, out=tmp[:n])
         np.add(tmp[:n], xs[i:i + n], out=tmp[:n])
         flat[i:i + n] = tmp[:n]
-    return out
+        if gs is not None:
+            np.subtract(flat[i:i + n], xs[i:i + n], out=tmp[:n])
+            lin += float(np.dot(gs[i:i + n], tmp[:n]))
+    return out, lin
 
 
 def _moved_dot(g: np.ndarray, x: np.ndarray, p: np.ndarray) -> float:
@@ -930,8 +940,10 @@ def _add_point(it: _Item, t: float, phi: float) -> None:
     the check's tolerance)."""
     if it.exact:
         lin = t * it.line.autodiff
+    elif it.lin is not None:  # read while the arrays were made (_stepped)
+        lin, it.lin = it.lin, None
     else:
-        assert it.fed is not None, "every run of a non-exact item keeps the arrays it fed"
+        assert it.fed is not None, "every run of a non-exact item keeps the arrays it fed or their prediction"
         lin = float(sum(_moved_dot(g, x, p) for g, x, p in zip(it.g, it.x, it.fed)))
         it.fed = None
     it.line.points[t] = (phi - it.line.phi0, lin)
