@@ -410,7 +410,9 @@ ThroughVariableState = define(
     fix="Compute the outputs from the value itself (h = f(x); self.cache.assign(h); y = g(h)), not from the "
         "variable read back after the write; keep a variable for state that needs no gradient, and wrap a "
         "deliberate cut in tf.stop_gradient.",
-    explains_mismatch=True, partial_severity=Severity.WARNING,
+    # an error where other paths carry a gradient too: the read-back's part is lost, never by design (a
+    # deliberate cut is tf.stop_gradient), so the numeric difference it explains is this finding's, not a pass
+    explains_mismatch=True,
     doc="""A value reaches an output only through a variable: written into it, then read back.
 
     ## What it does
@@ -422,7 +424,10 @@ ThroughVariableState = define(
     ## Why is this bad?
     The output depends on the inputs and weights that made the written value, but TensorFlow's gradient
     does not flow through a variable's state: the tape gives them `None` through this path, so they never
-    learn from it, and nothing raises. A cache, a buffer or a running state read back in the same call is
+    learn from it, and nothing raises. Where other paths carry their gradient too (a recurrent state kept in a
+    variable), the gradient misses the read-back's part: still an error, since no design loses it silently
+    (info where the numeric checks show the part is made up, as `h - tf.stop_gradient(h)` added back does).
+    A cache, a buffer or a running state read back in the same call is
     the usual cause; `v.assign(h)` used as a value reads the variable back too.
 
     ## Example
