@@ -46,7 +46,7 @@ def reconcile(static: StaticResult, gate: Gate, runtime: RuntimeResult | None = 
 
     if runtime.numeric is not None:
         numeric.extend(runtime.numeric.results)
-        findings = foreseen_raise(findings, runtime.numeric, static)
+        findings = refuted_disconnections(foreseen_raise(findings, runtime.numeric, static))
         note(runtime.numeric.notes)
     probes = runtime.probes
     if probes is not None:
@@ -154,6 +154,14 @@ def _local(runtime: RuntimeResult) -> list[LocalCheck]:
 
 def _extend_once(lines: list[str], more: Iterable[str]) -> None:
     lines.extend(line for line in more if line not in lines)
+
+
+def refuted_disconnections(findings: list[Finding]) -> list[Finding]:
+    """The findings without a GA108 that calls a variable disconnected where a missing-gradient finding shows an
+    output moving with it (numeric/unseen.py): the static claim is refuted, the GA204 says what is true."""
+    moving = {s for f in findings if f.rule == "missing-gradient" for s in f.sources}
+    return [f for f in findings if not (f.rule == "disconnected-source" and f.severity is not Severity.INFO
+                                        and f.sources and set(f.sources) <= moving)]
 
 
 def judge_hazards(findings: list[Finding], verdicts: tuple[HazardVerdict, ...]) -> list[Finding]:

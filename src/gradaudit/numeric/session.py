@@ -123,6 +123,10 @@ class Plan:
         return tuple(o for o in self.float_outputs if self._status.get((source, o), "connected") == "connected"
                      or (source, o) in self._raises)
 
+    def disconnected(self, source: str) -> list[str]:
+        """The float outputs the static pass finds no path to from `source`, not even a cut one."""
+        return [o for o in self.float_outputs if self._status.get((source, o)) == "disconnected"]
+
     def output_groups(self, source: str) -> list[tuple[str, ...]]:
         """The connected outputs of `source`, those with a cut on one of their paths apart from the others: a
         difference the cut explains must not hide (or be blamed on) the outputs it does not touch."""
@@ -149,6 +153,7 @@ class _Model:
     variables: dict[str, Any]
     op_types: frozenset[str]
     custom_gradients: list[OpRef]
+    state: tuple[Any, ...] = ()  # every variable it holds, trainable or not (put back after a call that moves one)
 
 
 @dataclass(frozen=True)
@@ -290,7 +295,7 @@ def _function_model(fn, call, specs: dict[str, Any], variable_names: dict[int, A
     graphs = [fn.graph] + [f.graph for f in fn.graph._functions.values() if hasattr(f, "graph")]  # noqa: SLF001
     ops = [(g, op) for g in graphs for op in g.get_operations()]
     return _Model(call, specs, _function_variables(fn, variable_names), frozenset(op.type for _, op in ops),
-                  _custom_gradients(ops))
+                  _custom_gradients(ops), tuple(fn.variables))
 
 
 def _function_variables(fn, variable_names: dict[int, Any]) -> dict[str, Any]:
@@ -345,7 +350,8 @@ def _load_and_check(loads: ModelLoads, session: _Session, use64: bool) -> Numeri
         return _model_error(ModelError(describe(exc), "load"), groups, plan, plan.native)
     try:
         model = _Model(loaded.fn, loaded.fn.structured_input_signature[1],
-                       signature_variables(info, loaded.fn), info.op_types, info.custom_gradients)
+                       signature_variables(info, loaded.fn), info.op_types, info.custom_gradients,
+                       tuple(getattr(loaded.fn, "variables", ())))
         return _check(model, session, use64, loads if use64 else None)
     except _Float64Failed as exc:
         loads.fail(True, exc.__cause__ or exc)  # TensorFlow's own error, for the probes' note
@@ -357,6 +363,20 @@ def _load_and_check(loads: ModelLoads, session: _Session, use64: bool) -> Numeri
         # a float64 version, a variable that cannot take a double. The model may still run as saved.
         loads.fail(True, exc)
         raise _Float64Failed(f"the float64 copy does not run: {describe(exc)}", describe(exc)) from exc
+
+
+def _unseen(model: _Model, session: _Session, dtype: str, variables: list[str]
+            ) -> tuple[list[NumericResult], list[Finding]]:
+    """The sources the static pass finds disconnected from some float output, moved once each: a failing row and a
+    GA204 for each that moves one all the same (numeric/unseen.py)."""
+    from . import unseen
+
+    plan = session.plan
+    disconnected = {s: plan.disconnected(s) for s in [*plan.input_sources, *variables]}
+    found = unseen.check(unseen.Target(model.call, model.specs, list(model.state),
+                                       {n: model.variables[n] for n in variables}),
+                         session.point, disconnected, session.options.seed)
+    return unseen.results(found, plan.float_outputs, dtype)
 
 
 def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | None = None) -> NumericOutcome:
@@ -380,10 +400,13 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
             results.append(_skipped(n, "no gradient path to a float output (static pass)"))
     var_groups, unconnected = variable_groups(plan, [name for name, _var in variables])
     if unconnected:
-        notes.append(f"{unconnected} trainable variable(s) have no gradient path to a float output: not checked.")
+        notes.append(f"{unconnected} trainable variable(s) have no gradient path to a float output: not checked "
+                     "numerically (each was moved once to see whether an output moves with it).")
     groups.extend(var_groups)
+    unseen_rows, unseen_findings = _unseen(model, session, dtype, [name for name, _ in variables])
+    results += unseen_rows
     if not groups:
-        return NumericOutcome(results, [], notes)
+        return NumericOutcome(results, unseen_findings, notes)
 
     runner = Runner(model.call, session.point, plan.input_sources, variables, plan.float_outputs, specs=model.specs)
     eps = EPS[dtype]
@@ -401,7 +424,7 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
             raise _Float64Failed(f"the float64 copy does not run: {exc}", str(exc)) from exc
         failed = _model_error(exc, groups, plan, dtype, _synthesised_structure(plan, options))
         return replace(failed, results=results + failed.results, notes=notes + failed.notes)
-    return NumericOutcome(results + checker.results, checker.findings, notes + checker.notes)
+    return NumericOutcome(results + checker.results, unseen_findings + checker.findings, notes + checker.notes)
 
 
 def _not_given(plan: Plan, options: NumericOptions) -> list[str]:
