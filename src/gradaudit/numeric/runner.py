@@ -101,7 +101,7 @@ def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool, without_cut
     tag_list = list(tags) if tags else None
     if not float64:
         obj = tf.saved_model.load(info.path, tags=tag_list)
-        return Loaded(obj, obj.signatures[info.signature])
+        return Loaded(obj, holding_state(obj.signatures[info.signature], info.op_types))
     tmp = tempfile.TemporaryDirectory(prefix="gradaudit-f64-")
     try:
         write_float64_copy(info, tmp.name, without_cuts, behind)
@@ -117,7 +117,42 @@ def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool, without_cut
     except BaseException:
         tmp.cleanup()
         raise
-    return Loaded(obj, fn, tmp)
+    return Loaded(obj, holding_state(fn, info.op_types), tmp)
+
+
+# Ops that write a variable: a signature that runs one may carry state from one call to the next.
+VARIABLE_WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterUpdate",
+                             "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterNdUpdate",
+                             "ResourceScatterNdAdd", "ResourceScatterNdSub"})
+
+
+class HeldState:
+    """A signature function whose non-trainable variables (a cache, a counter, a recurrent state, batch-norm
+    statistics in training mode) are put back after each call: every evaluation of the checks sees the function of
+    the inputs and weights that one call is, not a state the calls before it left (a stateful RNN's two calls at the
+    same point differ otherwise, and the checks would call the model nondeterministic). Everything else is the
+    function's own."""
+
+    def __init__(self, fn: Any, state: list[Any]):
+        self._fn, self._state = fn, state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fn, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        kept = [v.read_value() for v in self._state]
+        out = self._fn(*args, **kwargs)
+        for v, k in zip(self._state, kept):
+            v.assign(k)
+        return out
+
+
+def holding_state(fn: Any, op_types: frozenset[str]) -> Any:
+    """`fn`, or a HeldState of it when it writes variables and holds non-trainable ones."""
+    if not op_types & VARIABLE_WRITES:
+        return fn
+    state = [v for v in getattr(fn, "variables", ()) if not v.trainable]
+    return HeldState(fn, state) if state else fn
 
 
 def signature_variables(info: SavedModelInfo, fn) -> dict[str, Any]:
