@@ -139,3 +139,30 @@ def test_state_that_moves_no_output_with_a_source_is_no_missing_gradient(tmp_pat
     report = audit_saved_model(path, AuditOptions())
     assert not [f for f in report.findings if f.code == "GA204"], [f.message for f in report.findings]
     assert report.verdict() == "pass"
+
+
+class WhileBufferPartial(WhileBuffer):  # the buffer beside a direct path: x and w keep part of their gradient
+    def __init__(self):
+        super().__init__()
+        self.u = tf.Variable(V0, name="u")
+
+    @tf.function(input_signature=SPEC)
+    def __call__(self, x):
+        self.cache.assign(tf.zeros_like(x))
+
+        def body(i):
+            self.cache.assign(tf.tanh(self.cache @ self.w + x))
+            return (i + 1,)
+
+        tf.while_loop(lambda i: i < 3, body, [tf.constant(0)])
+        return {"y": self.cache @ self.v + tf.tanh(x @ self.w) @ self.u}
+
+
+def test_a_mismatch_in_a_model_that_writes_variables_says_where_to_look(tmp_path):
+    """Tester 14's WhileBufferPartial: the GA201 blamed gradients 'registered by imported libraries' only."""
+    path = save_module(WhileBufferPartial(), str(tmp_path / "wbp"))
+    assert _truth(path) == {"x": (True, True), "w": (True, True)}
+    report = audit_saved_model(path, AuditOptions())
+    mismatches = [f for f in report.findings if f.code == "GA201" and f.severity.value == "error"]
+    assert report.verdict() == "fail" and mismatches
+    assert all("The model writes variables (AssignVariableOp)" in f.message for f in mismatches)

@@ -21,7 +21,7 @@ from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, sweep
 from .domains import Domains
-from .runner import Runner
+from .runner import VARIABLE_WRITES, Runner
 from .sweep import Estimate, Ladder
 
 # Relative size of the move to "a nearby point": far beyond the largest float64 step, small enough to stay
@@ -727,6 +727,11 @@ class Checker:
         advice = rules.mismatch_advice(on_path(self.s.custom_gradients, names, outputs),
                                        on_path(self.s.domains.assuming, names, outputs), est.autodiff == 0,
                                        bool(self.s.given))
+        writes = sorted(self.s.op_types & VARIABLE_WRITES)
+        if writes:  # a state path the static pass cannot follow loses its part of the gradient silently
+            advice = replace(advice, hint=advice.hint + (
+                f" The model writes variables ({', '.join(writes)}): a value written into one and read back in a loop "
+                "body or another function gets no gradient through the read, a path the static pass cannot see."))
         # enough digits that the two values shown differ where they do (a 1e-7 error needs 8 or more)
         digits = min(16, max(6, 2 - math.floor(math.log10(est.rel_error)))) if est.rel_error else 6
         finding = rules.GradientMismatch.finding(
