@@ -103,14 +103,15 @@ def test_precision_float16_on_a_float16_model_whose_gradients_fit_says_so(tmp_pa
 
 
 class IslandWithBits(Island):
-    """The island with an integer output that reinterprets the input's bytes (tf.bitcast): no float64 copy of it can
-    be made, since a float64 holds other bytes."""
+    """The island with an output that reinterprets the input's bytes as float16 halves (tf.bitcast): no float64
+    copy of it can be made, since a float64 holds other bytes (a bitcast to integers is made in the copy from the
+    input cast back to float32 first)."""
 
     @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
     def __call__(self, x):
         h = tf.matmul(tf.cast(x, tf.float16) * 1e-2, tf.cast(self.w, tf.float16))
         return {"loss": self.loss_scale * tf.reduce_sum(tf.cast(tf.tanh(h), tf.float32), -1),
-                "bits": tf.bitcast(x, tf.int32)}
+                "bits": tf.cast(tf.bitcast(x, tf.float16), tf.int32)}
 
 
 def test_precision_float16_on_a_float16_model_without_a_float64_copy_is_incomplete(tmp_path):

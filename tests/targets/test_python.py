@@ -257,17 +257,18 @@ def test_a_keras_file_is_checked_on_a_float64_copy_like_its_export(tmp_path, pol
 
 
 def test_a_keras_file_without_a_float64_copy_says_why_as_its_export_does(tmp_path):
-    """keras.ops.argmax emits a Bitcast, which has no float64 version: the .keras file is checked in its own
+    """A Resizing layer's kernel (ResizeBilinear) takes float32 only: the .keras file is checked in its own
     precision, and says that reason, the export's, not "float64 copies are made of SavedModels only" (tester 12's
-    M3)."""
+    M3, first seen with keras.ops.argmax's Bitcast, which the float64 copy now casts back to float32 before)."""
     keras.utils.set_random_seed(0)
-    inp = keras.Input((4,), name="x")
-    probs = keras.layers.Dense(3, activation="softmax", name="dense")(inp)
+    inp = keras.Input((4, 4, 1), name="x")
+    hidden = keras.layers.Flatten()(keras.layers.Resizing(6, 6, interpolation="bilinear")(inp))
+    probs = keras.layers.Dense(3, activation="softmax", name="dense")(hidden)
     model = keras.Model(inp, {"probs": probs, "cls": keras.ops.cast(keras.ops.argmax(probs, axis=-1), "float32")})
-    model.save(str(tmp_path / "argmax.keras"))
+    model.save(str(tmp_path / "resize.keras"))
     model.export(str(tmp_path / "exported"), verbose=False)
-    for name in ("argmax.keras", "exported"):
+    for name in ("resize.keras", "exported"):
         r = audit(str(tmp_path / name))
         reasons = {n.precision_reason for n in r.numeric if n.scale is None}
-        assert reasons and all("Bitcast" in why for why in reasons), (name, reasons)
+        assert reasons and all("Resize" in why and "float32" in why for why in reasons), (name, reasons)
         assert not [n for n in r.notes if "SavedModels only" in n.text], name

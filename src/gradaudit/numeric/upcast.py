@@ -123,6 +123,8 @@ def _blocker(node, cache: dict) -> str | None:
     """Why the op of `node` cannot run in the float64 copy, or None when it can."""
     from tensorflow.python.framework import op_def_registry
 
+    if node.op == "Bitcast" and _narrowed(node) is not None:
+        return None  # the copy casts its float input back to the saved dtype first (_narrow_bitcasts)
     if node.op in _WIDTH_DEPENDENT:
         return f"{node.op} reinterprets the bytes of a float"
     if node.op in _BATCH_NORMS and _batch_norm_attrs(node)["data_format"] in _LAYOUTS:
@@ -184,9 +186,12 @@ def write_float64_copy(info: SavedModelInfo, destination: str, without_cuts: boo
     copy = saved_model_pb2.SavedModel(saved_model_schema_version=info.proto.saved_model_schema_version)
     meta = copy.meta_graphs.add()
     meta.CopyFrom(info.meta_graph)
+    narrowed = {(f.signature.name, n.name): _narrowed(n) for f in meta.graph_def.library.function
+                for n in f.node_def if n.op == "Bitcast" and _narrowed(n) is not None}
     _rewrite(meta)
     for fdef in meta.graph_def.library.function:
         _replace_batch_norms(fdef)
+        _narrow_bitcasts(fdef, narrowed)
     if without_cuts:
         _without_cuts(meta, behind)
     os.makedirs(destination, exist_ok=True)
@@ -200,6 +205,33 @@ def write_float64_copy(info: SavedModelInfo, destination: str, without_cuts: boo
             os.symlink(os.path.abspath(assets), os.path.join(destination, "assets"), target_is_directory=True)
         except OSError:
             shutil.copytree(assets, os.path.join(destination, "assets"), symlinks=True, dirs_exist_ok=True)
+
+
+def _narrowed(node) -> int | None:
+    """The saved float dtype of a Bitcast's input that the float64 copy can cast back to before it (a float turned
+    into an integer's bits: Keras 3's argmax of a softmax, an int path), None when the copy cannot keep its meaning
+    (a result that is a float itself, or a complex input)."""
+    src, dst = node.attr["T"].type, node.attr["type"].type
+    if dst in _LOW or src in (_DT_COMPLEX64, _DT_COMPLEX128):
+        return None
+    return src if src in _LOW else None
+
+
+def _narrow_bitcasts(fdef, narrowed: dict[tuple[str, str], int | None]) -> None:
+    """In place: each Bitcast of `narrowed` reads its float input cast back to its saved dtype, so that the bits it
+    reinterprets are the saved model's (the float64 value rounded to it) and its result keeps its shape."""
+    from tensorflow.core.framework import node_def_pb2
+
+    for node in list(fdef.node_def):
+        dtype = narrowed.get((fdef.signature.name, node.name))
+        if node.op != "Bitcast" or dtype is None or not node.input:
+            continue
+        cast = node_def_pb2.NodeDef(name=f"{node.name}/gradaudit_narrow", op="Cast", input=[node.input[0]],
+                                    device=node.device)
+        cast.attr["SrcT"].type, cast.attr["DstT"].type, cast.attr["Truncate"].b = _DT_DOUBLE, dtype, False
+        fdef.node_def.append(cast)
+        node.input[0] = f"{cast.name}:y:0"
+        node.attr["T"].type = dtype
 
 
 def _batch_norm_attrs(node) -> dict:
