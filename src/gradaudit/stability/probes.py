@@ -648,8 +648,15 @@ class Prober:
         rng = np.random.default_rng([self.seed, 9, abs(int(scale * 1e3)), sign + 1])
         if self._check_graphs is None:
             self._check_graphs = local.CheckGraphs()
-        outcome = local.LocalChecker(self.forensics, rng, analysis=self.analysis, value_free=False,
-                                     graphs=self._check_graphs).run(point)
+        try:
+            outcome = local.LocalChecker(self.forensics, rng, analysis=self.analysis, value_free=False,
+                                         graphs=self._check_graphs).run(point)
+        except Exception as exc:  # a frozen graph TensorFlow cannot run (a variable the model writes, frozen to a
+            from ..errors import raised_by_tensorflow  # constant): undecided here, the whole-model checks decide
+
+            if not raised_by_tensorflow(exc):
+                raise
+            return False, []
         self.local_checks.extend(replace(c, scale=sign * scale) for c in outcome.checks)
         where = f"inputs × {sign * scale:g} (stability probes, local checks)"
         found = [replace(f, message=f"At the probe point {where}: {f.message}")
