@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import raised_by_tensorflow
+from ..graph.dataflow import STATE_WRITES
 from .savedmodel import SavedModelInfo, checkpoint_values
 from .upcast import write_float64_copy
 
@@ -120,10 +121,9 @@ def load(info: SavedModelInfo, tags: tuple[str, ...], float64: bool, without_cut
     return Loaded(obj, holding_state(fn, info.op_types), tmp)
 
 
-# Ops that write a variable: a signature that runs one may carry state from one call to the next.
-VARIABLE_WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterUpdate",
-                             "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterNdUpdate",
-                             "ResourceScatterNdAdd", "ResourceScatterNdSub"})
+# Ops that write a variable (the static pass's list): a signature that runs one may carry state from one call to the
+# next.
+VARIABLE_WRITES = frozenset(STATE_WRITES)
 
 
 class HeldState:

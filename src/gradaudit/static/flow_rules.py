@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..flow import PYFUNC_OPS, breaks_the_function
+from ..graph.dataflow import STATE_WRITES
 from ..graph.dtypes import carries_gradient, dtype_name
 from ..model import Finding, Severity
 from ..rules.base import Reason
@@ -478,10 +479,8 @@ def _sampler_finding(node, srcs: list[str], outs: list[str]):
         "difference on these pairs is expected", op=ref, sources=srcs, outputs=outs)
 
 
-_WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterUpdate",
-                     "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv",
-                     "ResourceScatterMin", "ResourceScatterMax", "ResourceScatterNdUpdate", "ResourceScatterNdAdd",
-                     "ResourceScatterNdSub", "Assign", "AssignAdd", "AssignSub"})
+# the resource variables' writes, and TensorFlow 1's on reference variables
+_WRITES = frozenset(STATE_WRITES) | {"Assign", "AssignAdd", "AssignSub"}
 
 
 def _variable_write_findings(analysis) -> list:

@@ -10,6 +10,7 @@ from google.protobuf import message, text_format
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from ..errors import GradauditError
+from ..graph.dataflow import CALL_OPS
 from ..graph.library import Library
 from ..graph.validate import RejectedGraph, check_graph, check_object_graph
 from ..model import OpRef, TargetKind
@@ -281,8 +282,7 @@ class SavedModelFile:
         fdef = self.library.functions.get(name) if name else None
         if name is None or fdef is None:
             return (key,)
-        called = sorted(n.attr["f"].func.name for n in fdef.node_def if n.op in ("PartitionedCall",
-                                                                                "StatefulPartitionedCall"))
+        called = sorted(n.attr["f"].func.name for n in fdef.node_def if n.op in CALL_OPS)
         return tuple(called) or (name,)
 
     def saved_functions(self) -> dict[str, str]:
