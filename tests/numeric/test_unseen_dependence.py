@@ -43,8 +43,8 @@ class CrossFunction(_Base):
 
 
 class WhileBuffer(_Base):
-    @tf.function(input_signature=SPEC)
-    def __call__(self, x):
+    def _fill(self, x):
+        """The buffer written in a while loop's body, three times."""
         self.cache.assign(tf.zeros_like(x))
 
         def body(i):
@@ -52,6 +52,10 @@ class WhileBuffer(_Base):
             return (i + 1,)
 
         tf.while_loop(lambda i: i < 3, body, [tf.constant(0)])
+
+    @tf.function(input_signature=SPEC)
+    def __call__(self, x):
+        self._fill(x)
         return {"y": self.cache @ self.v}
 
 
@@ -148,13 +152,7 @@ class WhileBufferPartial(WhileBuffer):  # the buffer beside a direct path: x and
 
     @tf.function(input_signature=SPEC)
     def __call__(self, x):
-        self.cache.assign(tf.zeros_like(x))
-
-        def body(i):
-            self.cache.assign(tf.tanh(self.cache @ self.w + x))
-            return (i + 1,)
-
-        tf.while_loop(lambda i: i < 3, body, [tf.constant(0)])
+        self._fill(x)
         return {"y": self.cache @ self.v + tf.tanh(x @ self.w) @ self.u}
 
 

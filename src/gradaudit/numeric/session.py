@@ -401,7 +401,7 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
     var_groups, unconnected = variable_groups(plan, [name for name, _var in variables])
     if unconnected:
         notes.append(f"{unconnected} trainable variable(s) have no gradient path to a float output: not checked "
-                     "numerically (each was moved once to see whether an output moves with it).")
+                     "numerically (they were moved at the checked point to see whether an output moves with them).")
     groups.extend(var_groups)
     unseen_rows, unseen_findings = _unseen(model, session, dtype, [name for name, _ in variables])
     results += unseen_rows
