@@ -1,7 +1,9 @@
 """What --precision runs: one run of the frozen graph per point gives both the ops' values and the sources'
 gradients, bit for bit the loaded model's own gradient pass (numeric.runner.Runner, what the stage ran before);
-a point already run is not run again; where TensorFlow cannot build the gradients in the frozen graph, the
-stage falls back to the Runner and a forward run, with the same results."""
+a point already run is not run again, and the own point's gradients the stability probes computed (at the inputs
+given, or at the synthesised point when they compare float32 with the float64 copy) are not computed again: a
+forward run gives its ops' values; where TensorFlow cannot build the gradients in the frozen graph, the stage
+falls back to the Runner and a forward run, with the same results."""
 
 from __future__ import annotations
 
@@ -114,7 +116,8 @@ def test_each_point_is_one_frozen_run_whose_gradients_and_values_are_the_loaded_
     report = audit(mixed_model, tmp_path)
     points = {r.scale for r in report.precision}
     assert points == {None, 0.0, 1e-3, 1.0, 1e1, 1e2, 3e2, 6e2, 1e4}  # the own point and the 8 rungs float16 keeps
-    assert len(compared) == len(points) and calls == {"together": len(points), "apart": 0}
+    # the own point's gradients are the probes' (checked against the Runner above too); its values a forward run
+    assert len(compared) == len(points) and calls == {"together": len(points) - 1, "apart": 0}
     assert not [line for line in report.incomplete if "precision" in line]
 
 
@@ -123,7 +126,7 @@ def test_the_own_point_is_not_run_again_where_the_rung_at_1_is_it(mixed_model, t
     report = audit(mixed_model, tmp_path, x=X / 2)  # largest magnitude 1: the rung at 1 is the point itself
     rows = table(report)
     assert {s for _, _, s in rows} == {None, 0.0, 1e-3, 1.0, 1e1, 1e2, 3e2, 6e2, 1e4}
-    assert calls == {"together": 8, "apart": 0}
+    assert calls == {"together": 7, "apart": 0}  # the own point's gradients are the probes'
     for (kind, name, scale), r in rows.items():
         if scale is None:
             again = rows[kind, name, 1.0]
@@ -146,7 +149,7 @@ def test_where_the_frozen_graph_cannot_be_differentiated_the_runner_gives_the_sa
     calls = counting(monkeypatch)
     monkeypatch.setattr(precision.FrozenRuns, "with_gradients", refuse)
     apart = audit(mixed_model, tmp_path, probe_scales=(1.0, 1e2))
-    assert calls == {"together": 0, "apart": 3}
+    assert calls == {"together": 0, "apart": 2}  # the rungs; the own point's gradients are the probes'
     assert apart.precision and table(apart) == table(together)
     assert [f.code for f in apart.findings] == [f.code for f in together.findings]
     assert apart.incomplete == together.incomplete
@@ -162,3 +165,28 @@ def test_a_point_run_again_where_the_forward_side_failed_says_so_once(tmp_path):
     rows = table(report)
     assert {(k, n) for k, n, _ in rows} == {("gradient", "x"), ("gradient", "w")}
     assert {s for _, _, s in rows} == {None, 1.0}
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_the_own_points_gradients_the_probes_computed_are_not_computed_again(mixed_model, tmp_path, monkeypatch,
+                                                                            given):
+    """At the inputs given (the probes observe that point) and at the synthesised one (the probes compare the float32
+    gradients with the float64 copy's there): one gradient pass per rung, none at the own point, and the same
+    rows, findings and notes as when the stage computes the own point's gradients itself."""
+
+    def run():
+        if given:
+            return audit(mixed_model, tmp_path, probe_scales=(1.0, 1e2))
+        return audit_saved_model(str(mixed_model), AuditOptions(timeout=None, precision="float16", seed=0,
+                                                                probe_scales=(1.0, 1e2)))
+
+    calls = counting(monkeypatch)
+    reused = run()
+    assert calls == {"together": 2, "apart": 0}
+    monkeypatch.setattr(precision.PointRuns, "_known_at", lambda self, point: False)
+    calls.update(together=0)
+    computed = run()
+    assert calls == {"together": 3, "apart": 0}
+    assert reused.precision and table(reused) == table(computed)
+    assert [(f.code, f.message) for f in reused.findings] == [(f.code, f.message) for f in computed.findings]
+    assert reused.notes == computed.notes and reused.incomplete == computed.incomplete

@@ -411,6 +411,9 @@ class ModelLoads:
         self._failed: dict[bool | str, BaseException] = {}
         # the frozen copy of the loaded model its stages share (stability.local.shared_forensics), made on first use
         self.forensics: Any = None
+        # (point, cotangent, {source: gradient}) of the loaded model at the stability probes' base point, every input
+        # and variable differentiated, when the probes computed it: the precision stage's own point, not run again
+        self.base_gradients: tuple[dict, dict, dict] | None = None
 
     @property
     def info(self) -> SavedModelInfo:

@@ -97,8 +97,7 @@ class Comparison:
     notes, and the points left undecided (the verdict is `incomplete` at best)."""
 
     rows: list[NumericResult] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    where: list[str] = field(default_factory=list)  # the point of each finding
+    found: list[tuple[str, Finding]] = field(default_factory=list)  # each finding with the point it was found at
     notes: list[str] = field(default_factory=list)
     undecided: list[str] = field(default_factory=list)
     points: int = 0  # points compared
@@ -124,6 +123,13 @@ class Comparison:
     nonfinite: int = 0  # points compared where no source's gradients were finite in both (nothing compared there)
 
 
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for _, f in self.found]
+
+    def add(self, where: str, finding: Finding) -> None:
+        self.found.append((where, finding))
+
     def record(self, gaps: list[Gap], where: str) -> None:
         """Keep what the gaps at one point that are not flagged say (the summary's lines)."""
         self.largest = max([self.largest] + [g.rel for g in gaps if g.rel <= GAP])
@@ -142,7 +148,7 @@ class Comparison:
         first: dict[Any, int] = {}
         also: dict[int, list[str]] = {}
         kept: list[Finding] = []
-        for f, where in zip(self.findings, self.where):
+        for where, f in self.found:
             if f.op is not None and f.op in first:
                 also[first[f.op]].append(where)
                 continue
@@ -309,8 +315,7 @@ def _rounding(prober, gaps: list[Gap], at: tuple[str, float | None], into: Compa
         return
     where, scale = at
     outputs = tuple(prober.plan.float_outputs)
-    into.where.append(where)
-    into.findings.append(rules.Float32Gradient.finding(
+    into.add(where, rules.Float32Gradient.finding(
         f"At {where}, float32's own rounding makes the gradient of {', '.join(g.source for g in gaps)} unreliable: "
         + "; ".join(f"{g.source}: {g.text()}" for g in gaps)
         + f". At a point moved by {NUDGE:g} of itself the float32 gradient moves by that much while the exact one "
@@ -459,8 +464,7 @@ def compare_ops(prober, point: dict[str, np.ndarray], where: str, into: Comparis
     pairs = op_pairs(prober.analysis)
     for g in gaps:
         sources, outputs = pairs(g.op)
-        into.where.append(where)
-        into.findings.append(rules.Float32Gradient.finding(
+        into.add(where, rules.Float32Gradient.finding(
             f"At {where}, {g.text()} (checked on its own, the same cotangent and direction for both). The model's "
             "float32 gradient goes through it; its gradient was checked in float64 op by op (a large model: no "
             "float64 copy of the whole model is made).", op=g.op, sources=sources, outputs=outputs))
@@ -504,11 +508,10 @@ def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None
     culprit, found = located
     if along.float32_wrong or culprit is not None:
         status: CheckStatus = "fail"
-        into.where.append(where)
         reason = ("the float32 gradient is not the derivative: the float64 copy's is" + (
             f"; {culprit.op.label}'s own float32 gradient is off at its values" if culprit is not None else
             "; no op is at fault on its own: float32's rounding along the chain (not an error)"))
-        into.findings.append(rules.Float32Gradient.finding(
+        into.add(where, rules.Float32Gradient.finding(
             f"At {where}, the gradient the model computes in float32 for {names} is far from the exact one: "
             f"{gaps}. " + (f"The float64 copy's gradient is the true one there: {along.text()}. " if along.float32_wrong
                            else f"Float64 differences along the gap do not decide ({along.status}: {along.text()}), "

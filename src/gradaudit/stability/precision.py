@@ -31,6 +31,7 @@ from .precision_math import (
     rescue_scale,
     settled_loss_scale,
 )
+from .probes import same_point
 
 # Ops whose output is not computed: the frozen graph's inputs and its variables as constants.
 NOT_COMPUTED = frozenset({"Const", "Placeholder"})
@@ -137,7 +138,9 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
     names = (list(plan.input_sources), [v for v, _ in variables])
     exact = None if own is None else _float64_copy(loads, (plan, base, [v for v, _ in variables]), target, own,
                                                    outcome)
-    runs = PointRuns(loaded.fn, analysis, (plan.input_sources, variables, plan.float_outputs), base, u)
+    runs = PointRuns(loaded.fn, analysis, (plan.input_sources, variables, plan.float_outputs), base, u,
+                     loads.base_gradients)
+    loads.base_gradients = None  # held by `runs` alone from here
     causes: dict[tuple[str, OpRef], list[tuple[float | None, PrecisionResult, str]]] = {}
     forward = True  # the ops' outputs are checked until TensorFlow cannot run the frozen graph
     try:
@@ -252,9 +255,14 @@ class PointRuns:
     as this stage always did, whose errors are the ones reported. A point equal to one already run (the rung
     at scale 1 when the model's own inputs have a largest magnitude of 1) is not run again."""
 
-    def __init__(self, fn, analysis, sources: tuple, base: dict[str, np.ndarray], u: dict[str, np.ndarray]):
-        """`sources` = (input sources, (name, loaded variable) pairs, float outputs)."""
+    def __init__(self, fn, analysis, sources: tuple, base: dict[str, np.ndarray], u: dict[str, np.ndarray],
+                 known: tuple[dict, dict, dict] | None = None):
+        """`sources` = (input sources, (name, loaded variable) pairs, float outputs); `known`: (point, cotangent,
+        gradients) another stage computed on the loaded model (numeric.runner.ModelLoads.base_gradients), whose
+        gradients are not computed again at that point."""
         self.fn, self.analysis, self.sources, self.base, self.u = fn, analysis, sources, base, u
+        self.known = known
+        self.reused = 0  # points whose gradients were `known`: only their forward ran here
         self.frozen: Forensics = FrozenRuns(fn, analysis)
         self.together = True
         self._runner: Any = None
@@ -265,10 +273,15 @@ class PointRuns:
         could not be computed or None); with `forward` False (the ops' outputs are not checked any more) the
         values are not asked for. Raises ModelError when the loaded model cannot be differentiated there."""
         for seen, (grads, values, failed) in self._done:
-            if _same_point(seen, point):
+            if same_point(seen, point):
                 return (grads, values, failed) if forward else (grads, [], None)
-        together = self._together(point) if self.together else None
-        result = self._apart(point, forward) if together is None else together
+        if self._known_at(point):
+            assert self.known is not None
+            result = self._forward_only(point, dict(self.known[2]), forward)
+            self.reused += 1
+        else:
+            together = self._together(point) if self.together else None
+            result = self._apart(point, forward) if together is None else together
         self._done.append((point, result))
         return result
 
@@ -311,10 +324,24 @@ class PointRuns:
             return None
         return {k: dense(g) for k, g in grads.items()}, values, None
 
+    def _known_at(self, point: dict[str, np.ndarray]) -> bool:
+        """Whether the gradients at `point` are known already: the same point and cotangent, bit for bit, and
+        every source of this stage."""
+        if self.known is None:
+            return False
+        seen, u, grads = self.known
+        inputs, variables, _ = self.sources
+        return (same_point(seen, point) and same_point(u, self.u)
+                and set(grads) == {*inputs, *(n for n, _ in variables)})
+
     def _apart(self, point: dict[str, np.ndarray], forward: bool) -> tuple[dict, list, str | None]:
+        return self._forward_only(point, self._runner_gradients(point, self.u), forward)  # one gradient pass
+
+    def _forward_only(self, point: dict[str, np.ndarray], grads: dict, forward: bool) -> tuple[dict, list, str | None]:
+        """(`grads`, the ops' float values at `point` from a forward run of the frozen graph, why they could not be
+        computed or None)."""
         from ..numeric.runner import describe
 
-        grads = self._runner_gradients(point, self.u)  # one gradient pass per point
         if not forward:
             return grads, [], None
         try:
@@ -361,11 +388,6 @@ def _exact_gradients(loads, plan, base: dict[str, np.ndarray], variables: list[s
         return ExactGradients(copy.fn, plan, base, [(v, by_name[v]) for v in variables if v in by_name])
     except Exception as exc:  # noqa: BLE001 - the float64 copy is TensorFlow's to refuse; the check says so
         return f"its float64 copy does not load ({describe(exc)})"
-
-
-def _same_point(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
-    return a.keys() == b.keys() and all(np.asarray(a[k]).dtype == np.asarray(b[k]).dtype
-                                        and np.array_equal(a[k], b[k]) for k in a)
 
 
 def _points(plan, base: dict[str, np.ndarray], scales, target: str

@@ -13,7 +13,8 @@ wrong only for large inputs (x > 2) fails there. The probe's own gradient pass i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -114,6 +115,12 @@ def dense(g) -> np.ndarray | None:
     return np.asarray(g, dtype=np.float64)
 
 
+def same_point(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    """Whether two points (or cotangents) are the same arrays, bit for bit and dtype for dtype."""
+    return a.keys() == b.keys() and all(np.asarray(a[k]).dtype == np.asarray(b[k]).dtype
+                                        and np.array_equal(a[k], b[k]) for k in a)
+
+
 def scaled_point(base: dict[str, np.ndarray], config: tuple[str, ...], scale: float, sign: int
                  ) -> dict[str, np.ndarray]:
     """`base` with each input of `config` normalised to a largest magnitude of 1 and multiplied by sign × scale."""
@@ -182,6 +189,10 @@ class ProbeAt(NamedTuple):
 FORWARD_RAISES = "the forward raises: "
 
 
+# what a Prober holds per base point: `_rebased` swaps it
+_FRAME = ("base", "base_outputs", "u", "label", "stacked", "_runners", "_last", "_last64", "_base_grads")
+
+
 class Prober:
     """Gradients of one loaded model at moved points, with the float64 copy and forensics on demand."""
 
@@ -217,18 +228,39 @@ class Prober:
         self.local_checks: list[LocalCheck] = []
         self._check_graphs: Any = None  # local.CheckGraphs: the probe points check the same ops at the same shapes
         self.suspects = suspects or (lambda _sources, _output: ())
-        self._runners: dict[tuple[str | None, bool, bool], object] = {}
+        self._runners: dict[tuple[str | None, bool, bool], object] = {}  # per base point (_enter)
         self._f64: Any = None  # the loaded float64 copy; False when it cannot be made
         self._culprits: dict[tuple, Culprit | None] = {}
         self._uncuts: dict[tuple, Any] = {}
         self._forensics_failed: set[tuple] = set()  # culprit keys whose frozen graph could not be differentiated
-        outputs = self.loaded.fn(**{k: base[k] for k in plan.specs})
-        self.base_outputs = {o: np.asarray(outputs[o]) for o in plan.float_outputs}
-        self._base_grads: dict[str, Any] | None = None  # the input gradients at the base point alone, on first use
         self._own: Any = None  # own_precision.Comparison, on first use; False when the model is not compared
-        rng = np.random.default_rng([seed, 3])
+        self.stacked = False  # the base is the moderate points stacked along the batch (check_moderate)
+        self._enter(base)
+
+    def _enter(self, base: dict[str, np.ndarray]) -> None:
+        """Make `base` the point the runners are traced at and the cotangent is shaped for (the per-base state
+        `_FRAME` names)."""
+        outputs = self.loaded.fn(**{k: base[k] for k in self.plan.specs})
+        self.base = base
+        self.base_outputs = {o: np.asarray(outputs[o]) for o in self.plan.float_outputs}
+        self._base_grads: dict[str, Any] | None = None  # the input gradients at the base point alone, on first use
+        self._runners = {}
+        self._last = self._last64 = None
+        rng = np.random.default_rng([self.seed, 3])
         # A random signed cotangent, never ones: the gradient of sum(softmax(x)) is exactly zero.
-        self.u = {o: rng.standard_normal(np.shape(outputs[o])) for o in plan.float_outputs}
+        self.u = {o: rng.standard_normal(np.shape(outputs[o])) for o in self.plan.float_outputs}
+
+    @contextmanager
+    def _rebased(self, base: dict[str, np.ndarray], label: str) -> Iterator[None]:
+        """This prober with `base` as its base point, named `label` in messages, for the duration; its own base
+        point, runners and cotangent after."""
+        saved = {k: getattr(self, k) for k in _FRAME}
+        try:
+            self._enter(base)
+            self.label, self.stacked = label, True
+            yield
+        finally:
+            self.__dict__.update(saved)
 
     def runner(self, output: str | None = None, f64: bool = False, with_variables: bool = True):
         """The numeric checks' Runner for u·f, over one output or (None) all of them; without variables, the
@@ -261,8 +293,11 @@ class Prober:
                 self._last64 = (out, g_in, g_var)
             else:
                 self._last = (out, g_in, g_var)
-        grads = {**g_in, **dict(zip(self.var_names if with_variables else [], g_var))}
-        return out, {k: dense(g) for k, g in grads.items()}
+        grads = {k: dense(g) for k, g in {**g_in, **dict(zip(self.var_names if with_variables else [], g_var))}.items()}
+        if (self.config.precision and output is None and not f64 and with_variables and var_values is None
+                and not self.stacked and same_point(point, self.base)):  # the precision stage's own point
+            self.loads.base_gradients = (dict(point), self.u, grads)
+        return out, grads
 
     def scaled_gradients(self, point: dict[str, np.ndarray], factor: float) -> dict[str, np.ndarray | None]:
         """{source: gradient} of (factor·u)·f at `point` in the model's own precision: the backward a loss scale
@@ -332,19 +367,12 @@ class Prober:
             return False
         blocks = [scaled_point(self.base, config, scale, sign) for scale, sign in MODERATE]
         stacked = {k: np.concatenate([b[k] for b in blocks], axis=0) for k in self.base}
-        sub = Prober(self.loads, self.plan, stacked, self.variables, self.analysis, self.config)
-        sub.label = MODERATE_LABEL
-        try:
-            before = len(sub.checked)
-            sub.check_at(list(config), GIVEN, 1)
-            self.checked += [replace(r, scale=1e1, reason=f"{r.reason}; at {MODERATE_LABEL}" if r.reason
-                                     else f"at {MODERATE_LABEL}") for r in sub.checked[before:]]
-            self.mismatches += sub.mismatches
-            self.local_checks += sub.local_checks
-            self.notes += [n for n in sub.notes if n not in self.notes]
-            self.compare_precision(dict(stacked), f"the probe points {MODERATE_LABEL}", 1e1, on=sub)
-        finally:
-            sub.close()
+        before = len(self.checked)
+        with self._rebased(stacked, MODERATE_LABEL):
+            self.check_at(list(config), GIVEN, 1)
+            self.checked[before:] = [replace(r, scale=1e1, reason=f"{r.reason}; at {MODERATE_LABEL}" if r.reason
+                                             else f"at {MODERATE_LABEL}") for r in self.checked[before:]]
+            self.compare_precision(dict(stacked), f"the probe points {MODERATE_LABEL}", 1e1)
         return True
 
     def culprit(self, key: tuple, find, on_path: tuple = ()) -> Culprit | None:
@@ -579,11 +607,10 @@ class Prober:
             self.mismatches.extend(failures)  # the model's gradient is not right there either: the op is named
 
     def compare_precision(self, point: dict[str, np.ndarray], where: str, scale: float | None,
-                          check: bool = True, on: Prober | None = None) -> None:
+                          check: bool = True) -> None:
         """The model's float32 gradient against its float64 copy's at `point` (own_precision), for a float32 model
-        with a float64 copy; `where` names the point in messages, `scale` is its signed probe scale; `on` is the
-        prober whose base `point` is (the moderate points' stack), this one by default. `check` False: only decide
-        whether the model is compared."""
+        with a float64 copy; `where` names the point in messages, `scale` is its signed probe scale. `check` False:
+        only decide whether the model is compared."""
         from ..numeric.runner import ModelError
         from . import own_precision
 
@@ -597,13 +624,12 @@ class Prober:
         try:
             if self._own.half is None and self._own.points == 0:
                 self._own.half = own_precision.half_inside(self)
-            at = on or self
             if self._own.half is not None:
                 if self._own.half != self.config.precision and own_precision.whole_model(self):
-                    own_precision.compare_underflow(at, point, where, self._own)
+                    own_precision.compare_underflow(self, point, where, self._own)
             elif own_precision.whole_model(self):
-                own_precision.compare_at(at, point, where, scale, self._own)
-            elif on is None:  # the op-by-op check graphs are this prober's: a stacked point is not compared
+                own_precision.compare_at(self, point, where, scale, self._own)
+            elif not self.stacked:  # the op-by-op check graphs are shaped for one example: a stack is not compared
                 own_precision.compare_ops(self, point, where, self._own)
         except ModelError as exc:  # the probes report the points TensorFlow cannot differentiate
             if exc.stage != "gradient":
