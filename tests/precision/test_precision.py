@@ -534,3 +534,71 @@ def test_a_gradient_already_inf_in_float32_is_said_not_finite_not_ok(tmp_path):
     assert at100 and all(r.nonfinite and r.nonfinite > 0 for r in at100.values()), at100
     assert all("not finite" in cell_text(r) for r in at100.values())
     assert all(r.nonfinite == 0 for r in rows(report).values())  # finite at the model's own point
+
+
+# -- outputs no op reads: a fused batch norm's reserve spaces in inference ---------------------------------
+
+class FusedBatchNorm(tf.Module):
+    """A convolution, TensorFlow's fused batch norm in inference (FusedBatchNormV3: besides y it returns reserve
+    spaces that nothing reads, whose memory TensorFlow does not fill), and a dense head: every value the model
+    computes fits float16 at the point."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(1)
+        self.k = tf.Variable(rng.standard_normal((3, 3, 3, 4)).astype(np.float32) * 0.3, name="k")
+        self.gamma = tf.Variable(np.ones(4, np.float32), name="gamma")
+        self.beta = tf.Variable(np.zeros(4, np.float32), name="beta")
+        self.mean = tf.Variable(np.full(4, 0.1, np.float32), trainable=False, name="mean")
+        self.var = tf.Variable(np.full(4, 2.0, np.float32), trainable=False, name="var")
+        self.w = tf.Variable(rng.standard_normal((4, 2)).astype(np.float32), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 3], tf.float32, name="x")])
+    def __call__(self, x):
+        h = tf.nn.conv2d(x, self.k, 1, "SAME")
+        h, _, _ = tf.compat.v1.nn.fused_batch_norm(h, self.gamma, self.beta, self.mean, self.var, is_training=False)
+        return {"y": tf.reduce_mean(tf.nn.relu(h), axis=[1, 2]) @ self.w}
+
+
+def _largest_read_value(path, points: list[np.ndarray]) -> float:
+    """The truth, from TensorFlow's own freeze (convert_variables_to_constants_v2, its calls inlined): the largest
+    magnitude of any float tensor an op of the forward reads, or the function returns, at `points`."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    loaded = tf.saved_model.load(str(path))  # holds the variables the signature reads
+    frozen = convert_variables_to_constants_v2(loaded.signatures["serving_default"])
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(frozen.graph.as_graph_def(), name="")
+    read = {t for op in graph.get_operations() for t in op.inputs if t.dtype in (tf.float32, tf.float64)}
+    (x,) = [t for t in read if t.op.type == "Placeholder"]
+    largest = 0.0
+    with tf.compat.v1.Session(graph=graph) as session:
+        for point in points:
+            values = session.run(sorted(read, key=lambda t: t.name), {x: point})
+            largest = max([largest] + [float(np.max(np.abs(v))) for v in values if np.size(v)])
+    return largest
+
+
+@pytest.mark.parametrize("which", ["module", "tf-keras fixture"])
+def test_outputs_no_op_reads_are_not_activations_of_the_model(tmp_path, which):
+    """A FusedBatchNormV3 in inference returns reserve spaces no op reads, holding whatever memory they were given
+    (seen here up to 1e38): they are not the model's values. Truth: every float tensor the forward reads fits
+    float16 at the points checked, so no GA333 and no batch-norm activation row beyond float16's range."""
+    from pathlib import Path
+
+    if which == "module":
+        module = FusedBatchNorm()
+        path = tmp_path / "model"
+        tf.saved_model.save(module, str(path), signatures={"serving_default": module.__call__})
+    else:
+        path = Path(__file__).parents[2] / "sample_models" / "thirdparty" / "tfkeras_bn_cnn"
+    x = np.random.default_rng(3).standard_normal((2, 8, 8, 3)).astype(np.float32)
+    np.savez(tmp_path / "inputs.npz", x=x)
+    assert _largest_read_value(path, [x, x / np.max(np.abs(x))]) < 65504  # the truth: everything read fits
+    report = audit_saved_model(str(path), AuditOptions(timeout=None, precision="float16", seed=SEED,
+                                                       inputs_file=str(tmp_path / "inputs.npz"), probe_scales=(1.0,)))
+    batch_norms = [r for r in report.precision if r.kind == "activation" and r.op is not None
+                   and r.op.op_type == "FusedBatchNormV3"]
+    assert not [r for r in batch_norms if r.overflow or (r.largest or 0.0) >= 65504], batch_norms
+    assert "GA333" not in [f.code for f in report.findings], [f.message for f in report.findings]

@@ -160,6 +160,9 @@ class Forensics:
         self._inputs = {k: by_name.get(s.name or k, by_name.get(k)) for k, s in specs.items()}
         keys = sorted(self.fn.structured_outputs)
         self._outputs = {k: graph.get_tensor_by_name(name) for k, name in zip(keys, outputs)}
+        # the tensors the forward reads (an op's input, or an output of the function): a FusedBatchNormV3's
+        # reserve spaces in inference are read by no op and hold whatever memory they were given
+        self._read = {t.name for op in self._ops for t in op.inputs} | {t.name for t in self._outputs.values()}
         for op in self._ops:
             self._rebind_custom_gradient(op)
 
@@ -297,7 +300,9 @@ class Forensics:
         return [t for op in self._ops for t in op.outputs if _carries_gradient(t)]
 
     def _float_tensors(self):
-        return [t for op in self._ops for t in op.outputs if _is_float(t)]
+        """The float tensors of the forward pass that something reads: an unread output's values are no value of
+        the model's."""
+        return [t for op in self._ops for t in op.outputs if _is_float(t) and t.name in self._read]
 
     # -- forward: the first op that returned a non-finite value from finite inputs ---------------
     def forward(self, feed: dict[str, np.ndarray]) -> Culprit | None:
