@@ -68,3 +68,31 @@ def test_batched_ladder_reports_what_probing_each_point_alone_reports(tmp_path, 
     else:
         bad = {s.scale for s in single.stability if s.status != "ok"}
         assert bad and 0 < observed < every  # only the non-finite points are probed again alone
+
+
+@pytest.mark.parametrize("module", [Healthy, Norm])
+def test_passes_of_several_stacks_share_one_traced_gradient_and_report_the_same(tmp_path, monkeypatch, module):
+    """With 9 rows a pass, the 21 points take stacks of 8, 8 and 5 (padded to 8 with its last point): one Runner,
+    whose gradient is traced once, and the rows and findings of probing each point alone."""
+    from gradaudit.stability import probes
+
+    path = save_module(module(), str(tmp_path / module.__name__))
+    single, _ = _audit(path, False, monkeypatch)
+    runners = []
+    make = probes._Stack.runner
+
+    def kept(self, prober, stacked):
+        runner = make(self, prober, stacked)
+        if not any(r is runner for r in runners):
+            runners.append(runner)
+        return runner
+
+    with monkeypatch.context() as m:
+        m.setattr(probes, "BATCH_ROWS", 9)
+        m.setattr(probes._Stack, "runner", kept)
+        batched, _ = _audit(path, True, monkeypatch)
+    assert len(runners) == 1  # one config (one input): one stack, one Runner for all its passes
+    assert runners[0]._gradient.experimental_get_tracing_count() == 1
+    assert batched.stability == single.stability
+    assert sorted((f.rule, f.op, f.message) for f in batched.findings) == sorted(
+        (f.rule, f.op, f.message) for f in single.findings)

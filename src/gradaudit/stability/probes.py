@@ -189,6 +189,25 @@ class ProbeAt(NamedTuple):
 FORWARD_RAISES = "the forward raises: "
 
 
+class _Stack:
+    """The batched ladder's passes over one config: `points` probe points stacked after the base point in each, all
+    run by one Runner (one trace of the model's gradient), made on the first pass and moved to each stack after."""
+
+    def __init__(self, points: int):
+        self.points = points
+        self._runner: Any = None
+
+    def runner(self, prober: Prober, stacked: dict[str, np.ndarray]):
+        from ..numeric.runner import Runner
+
+        if self._runner is None:
+            self._runner = Runner(prober.loaded.fn, stacked, prober.plan.input_sources, prober.variables,
+                                  prober.plan.float_outputs)
+        else:
+            self._runner.move_to(stacked, self._runner.var_base)
+        return self._runner
+
+
 # what a Prober holds per base point: `_rebased` swaps it
 _FRAME = ("base", "base_outputs", "u", "label", "stacked", "_runners", "_last", "_last64", "_base_grads")
 
@@ -491,10 +510,11 @@ class Prober:
         if rows is None or len(points) < 2:
             return [False] * len(points)
         per_batch = max(1, self._rows_per_pass() // rows - 1)
+        stack = _Stack(per_batch if len(points) > per_batch else len(points))
         finite: list[bool] = []
         for start in range(0, len(points), per_batch):
             chunk = points[start:start + per_batch]
-            finite += self._finite_chunk(config, chunk, rows) or [False] * len(chunk)
+            finite += self._finite_chunk(config, chunk, rows, stack) or [False] * len(chunk)
         return finite
 
     def _rows_per_pass(self) -> int:
@@ -516,28 +536,31 @@ class Prober:
             return None
         return next(iter(sizes))
 
-    def _finite_chunk(self, config, chunk: list[tuple[float, int]], rows: int) -> list[bool] | None:
-        from ..numeric.runner import ModelError, Runner
+    def _finite_chunk(self, config, chunk: list[tuple[float, int]], rows: int, stack: _Stack) -> list[bool] | None:
+        from ..numeric.runner import ModelError
 
-        blocks = [self.base] + [self.point(config, scale, sign) for scale, sign in chunk]
+        # a shorter chunk repeats its last point up to the stack's size: every pass has the shapes of the first,
+        # whose traced gradient it reuses (a ResNet50's backward costs about a second to trace)
+        padded = chunk + [chunk[-1]] * max(0, stack.points - len(chunk))
+        blocks = [self.base] + [self.point(config, scale, sign) for scale, sign in padded]
         stacked = {k: np.concatenate([b[k] for b in blocks], axis=0) for k in self.base}
         n = len(blocks)
         try:
-            runner = Runner(self.loaded.fn, stacked, self.plan.input_sources, self.variables, self.plan.float_outputs)
+            runner = stack.runner(self, stacked)
             out, g_in, g_var = runner.gradient({o: np.concatenate([self.u[o]] * n, axis=0) for o in self.u})
         except ModelError:
             return None  # observed one by one, where the error is reported as it always was
         if not self._base_rows_agree(out, rows) or not self._base_gradient_rows_agree(g_in, rows):
             return None
         self.independent = True
-        rows_ok = self._finite_rows(out, g_in, n)
+        rows_ok = self._finite_rows(out, g_in, n)[:len(chunk) + 1]
         if any(nonfinite(dense(g)) for g in g_var):
             # The variables' gradients are summed over the points: any of them may be at fault. Without the
             # points whose own rows are not finite, one more pass tells whether the others are clean.
             good = [p for p, ok in zip(chunk, rows_ok[1:]) if ok]
             if not rows_ok[0] or len(good) == len(chunk) or not good:
                 return None
-            again = iter(self._finite_chunk(config, good, rows) or [False] * len(good))
+            again = iter(self._finite_chunk(config, good, rows, stack) or [False] * len(good))
             return [bool(ok) and next(again) for ok in rows_ok[1:]]
         return [bool(x) for x in rows_ok[1:]]
 
