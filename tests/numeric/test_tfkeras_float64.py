@@ -162,13 +162,20 @@ def test_the_truth_of_the_broken_twin():
 
 @pytest.mark.parametrize("name", HEALTHY)
 def test_healthy_models_pass_in_float64(audit, name):
-    """Every check, the probe points' included (x 100, x -600), runs on the float64 copy and passes."""
+    """Every check, the probe points' included (x 100, x -600), runs on the float64 copy and passes. Where the
+    model's own float32 gradient at a probe point is off the float64 copy's by float32's rounding of a saturated
+    softmax (seen on an AMD EPYC for the attention's key and query weights at x -600, not elsewhere), that is at
+    most information naming no op, with its rows' evidence: no float32 kernel is at fault."""
     r = audit(name)
     assert r.verdict() == "pass"
     assert not [f for f in r.findings if f.code == "GA201"]
-    assert r.numeric and {(n.status, n.dtype, n.precision_reason) for n in r.numeric} == {
-        ("pass", "float64", "float64 copy of the model")}
-    assert {n.scale for n in r.numeric} == {None, 10.0, 100.0, -600.0}
+    checks = [n for n in r.numeric if n.dtype == "float64"]
+    assert checks and {(n.status, n.precision_reason) for n in checks} == {("pass", "float64 copy of the model")}
+    assert {n.scale for n in checks} == {None, 10.0, 100.0, -600.0}
+    compared = [n for n in r.numeric if n.dtype == "float32"]
+    assert all(n.scale in (100.0, -600.0) and n.evidence for n in compared), compared
+    assert all(f.severity.value == "info" and f.op is None for f in r.findings if f.code == "GA206"), [
+        f.message for f in r.findings]
     assert not any("Float64 evaluation is not possible" in note.text or "FusedBatchNorm" in note.text
                    for note in r.notes)
 

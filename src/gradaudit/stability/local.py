@@ -84,15 +84,20 @@ class OpGap:
     float32: float
     scale: float
     output_norm: float
+    # how far <g, d> moves, at most, when each of the op's outputs is one float32 rounding unit off, where TensorFlow's
+    # gradient reads the op's own output (a softmax's, a tanh's): sum |d<g, d>/dy| |y| eps, in float64. A saturated
+    # softmax's float32 output is 1 - 2**-24 where the exact one is 1 - 1e-81, and its float32 gradient is off by that
+    rounding: float = 0.0
 
     @property
     def flagged(self) -> bool:
-        """Off by more than 1% of the exact value, than float32 rounding of the terms explains, and than the op's
-        float32 output resolves (a saturated tanh's float32 gradient is 0 where the true one is 1e-9)."""
+        """Off by more than 1% of the exact value, than float32 rounding of the terms explains, than the op's
+        float32 output resolves (a saturated tanh's float32 gradient is 0 where the true one is 1e-9), and than
+        float32 rounding of the output its gradient reads accounts for."""
         gap = abs(self.float32 - self.float64)
         eps = float(np.finfo(np.float32).eps)
         return (gap > 1e-2 * abs(self.float64) and gap > 100 * eps * self.scale
-                and gap > 100 * eps * self.output_norm)
+                and gap > 100 * eps * self.output_norm and gap > 10 * self.rounding)
 
     def text(self) -> str:
         return (f"TensorFlow's float32 gradient of {self.op.label} is off at the values the model gives it: along one "
@@ -262,7 +267,7 @@ class LocalChecker:
         self._pool_signs = np.empty(0)
         self.float32_checked = 0  # ops the last float32_gaps compared
         # the float32 comparison's check graphs (float64, float32) by ops, shapes and constant inputs
-        self._float32_graphs: dict[tuple, tuple[_GradientGraph | None, _GradientGraph | None]] = {}
+        self._float32_graphs: dict[tuple, tuple[_GradientGraph | None, _GradientGraph | None, Any]] = {}
 
     # -- which ops ------------------------------------------------------------------------------
     def _ops(self, outcome: LocalOutcome) -> tuple[list[Any], list[Any]]:
@@ -558,18 +563,11 @@ class LocalChecker:
 
     def _float32_chunk(self, ops: list[Any], values: dict[str, np.ndarray]) -> list[OpGap]:
         pairs = self._float32_pairs(ops, values)
-        key = tuple((a.op.name, tuple(x.shape for x in a.x),
-                     tuple(_digest(values[t.name]) for i, t in enumerate(a.op.inputs) if i not in a.moved))
-                    for a, _ in pairs)
-        if key not in self._float32_graphs:  # the same ops at the same shapes at the next point: built once
-            g64 = _gradient_graph([a for a, _ in pairs], values, "float64", self._signs)
-            held = {k: list(a.held.values()) for k, (a, _) in enumerate(pairs)}
-            g32 = _gradient_graph([b for _, b in pairs], values, "float32", self._signs, held)
-            self._float32_graphs[key] = (g64, g32)
-        g64, g32 = self._float32_graphs[key]
+        g64, g32, rounding = self._float32_graphs_of(pairs, values)
         if g64 is None or g32 is None:
             return []
         run64, run32 = _gradient_run(g64, [a for a, _ in pairs]), _gradient_run(g32, [b for _, b in pairs])
+        off = _rounding_run(rounding, [a for a, _ in pairs])
         gaps = []
         for k, (a, _) in enumerate(pairs):
             if k not in run64 or k not in run32:
@@ -577,8 +575,22 @@ class LocalChecker:
             (grad64, _), (grad32, y32) = run64[k], run32[k]
             terms = [(_dot64(g, d), _dot64(h, d)) for g, h, d in zip(grad64, grad32, a.d)]
             gaps.append(OpGap(self.forensics._ref(a.op), float(sum(t[0][0] for t in terms)),  # noqa: SLF001
-                              float(sum(t[1][0] for t in terms)), float(sum(t[0][1] for t in terms)), y32))
+                              float(sum(t[1][0] for t in terms)), float(sum(t[0][1] for t in terms)), y32,
+                              off.get(k, 0.0)))
         return gaps
+
+    def _float32_graphs_of(self, pairs: list[tuple[_Item, _Item]], values: dict[str, np.ndarray]) -> tuple:
+        """The float64 and float32 gradient graphs of the pairs and their rounding graph (_rounding_graph): the same
+        ops at the same shapes at the next point use the ones built for the first."""
+        key = tuple((a.op.name, tuple(x.shape for x in a.x),
+                     tuple(_digest(values[t.name]) for i, t in enumerate(a.op.inputs) if i not in a.moved))
+                    for a, _ in pairs)
+        if key not in self._float32_graphs:
+            g64 = _gradient_graph([a for a, _ in pairs], values, "float64", self._signs)
+            held = {k: list(a.held.values()) for k, (a, _) in enumerate(pairs)}
+            g32 = _gradient_graph([b for _, b in pairs], values, "float32", self._signs, held)
+            self._float32_graphs[key] = (g64, g32, _rounding_graph([a for a, _ in pairs], values, held))
+        return self._float32_graphs[key]
 
     def _upcast(self, op) -> bool:
         key = _shape_key(op)[:2]
@@ -1044,6 +1056,67 @@ def _gradient_graph(items: list[_Item], values: dict[str, np.ndarray], dtype: st
     config = tf.compat.v1.ConfigProto()
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     return _GradientGraph(tf.compat.v1.Session(graph=graph, config=config), kept, feeds, helds, fetches)
+
+
+def _rounding_graph(items: list[_Item], values: dict[str, np.ndarray], held: dict[int, list[np.ndarray]]
+                    ) -> _GradientGraph | None:
+    """The items copied in float64 with the same cotangents (`held`) as the float64 gradient graph, fetching per item
+    eps32 * sum |d<g, d>/dy| |y| over its projected outputs y (OpGap.rounding): the derivative is taken through
+    TensorFlow's registered gradient, which reads y where it computes the gradient from the op's output (a softmax's,
+    a tanh's); 0 where it does not. The directions d are fed. None when TensorFlow cannot differentiate the
+    gradients (an op without a second-order gradient): no allowance is made then."""
+    import tensorflow as tf
+
+    eps = float(np.finfo(np.float32).eps)
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            kept, feeds, phis, outs, helds, dirs = [], [], [], [], [], []
+            for k, it in enumerate(items):
+                copied = _copy_op(it.op, k, values, it, "float64", _no_signs)
+                if copied is None or len(it.held) != len(held[k]):
+                    continue
+                helds.append(dict(zip(it.held, held[k])))
+                kept.append(k)
+                feeds.append(copied[0])
+                phis.append(copied[1])
+                copy = graph.get_operation_by_name(f"local{k}")
+                outs.append([copy.outputs[i] for i in it.outputs])
+                dirs.append([tf.compat.v1.placeholder(tf.float64, p.shape, name=f"local{k}_d{j}")
+                             for j, p in enumerate(copied[0])])
+            if not kept:
+                return None
+            grads, _ = _gradients([items[k] for k in kept], feeds, phis)
+            fetches = []
+            for gs, ds, ys in zip(grads, dirs, outs):
+                moved = tf.add_n([tf.reduce_sum(tf.cast(g, tf.float64) * d) for g, d in zip(gs, ds)])
+                by_y = tf.gradients(moved, ys)
+                fetches.append(tf.add_n([tf.constant(0.0, tf.float64)] + [
+                    eps * tf.reduce_sum(tf.abs(tf.cast(r, tf.float64) * tf.cast(y, tf.float64)))
+                    for r, y in zip(by_y, ys) if r is not None]))
+    except Exception:  # noqa: BLE001 - a gradient TensorFlow cannot differentiate again: no allowance
+        return None
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return _GradientGraph(tf.compat.v1.Session(graph=graph, config=config), kept, [f + d for f, d in zip(feeds, dirs)],
+                          helds, fetches)
+
+
+def _rounding_run(built: _GradientGraph | None, items: list[_Item]) -> dict[int, float]:
+    """item index -> OpGap.rounding at its values and direction, one run of the built graph (nothing without one,
+    or where TensorFlow cannot run it)."""
+    if built is None:
+        return {}
+    feed: dict[Any, np.ndarray] = {}
+    for k, ps, held in zip(built.kept, built.feeds, built.held):
+        it = items[k]
+        feed.update({p: np.asarray(v, np.float64) for p, v in zip(ps, [*it.x, *it.d])})
+        feed.update(held)
+    try:
+        got = built.session.run(built.fetches, feed)
+    except Exception:  # noqa: BLE001 - as in building it: no allowance
+        return {}
+    return {k: float(v) for k, v in zip(built.kept, got)}
 
 
 def _gradient_run(built: _GradientGraph, items: list[_Item]) -> dict[int, tuple[list[np.ndarray], float]]:
