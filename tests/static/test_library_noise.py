@@ -1,6 +1,6 @@
 """Library internals the user did not write are not a wall of findings: the patterns of one saved gradient
 function are one line (TensorFlow Probability's betainc holds 41), and TensorFlow's own custom gradient inside
-tf.nn.silu is not the user's custom gradient (no GA107 line)."""
+tf.nn.silu or tf.nn.ctc_loss is not the user's custom gradient (no GA107 line)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,29 @@ def test_the_custom_gradient_inside_tf_nn_silu_is_tensorflows(tmp_path):
     with tf.GradientTape() as tape:  # the truth: TensorFlow gives the gradient through it
         y = loaded.signatures["serving_default"](x=tf.ones([2, 3]))["y"]
     assert tape.gradient(y, loaded.w) is not None
+    assert not _rules(audit_saved_model(path, AuditOptions(static_only=True)), "custom-gradient")
+
+
+def test_the_custom_gradient_inside_tf_nn_ctc_loss_is_tensorflows(tmp_path):
+    class Ctc(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(tf.random.stateless_normal([4, 5], seed=[1, 2]), name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 6, 4], tf.float32, name="x"),
+                                      tf.TensorSpec([None, 3], tf.int32, name="labels")])
+        def __call__(self, x, labels):
+            logits = tf.einsum("btd,dk->btk", x, self.w)
+            n = tf.shape(x)[0]
+            loss = tf.nn.ctc_loss(labels, logits, label_length=tf.fill([n], 3), logit_length=tf.fill([n], 6),
+                                  logits_time_major=False, blank_index=0)
+            return {"loss": loss}
+
+    module = Ctc()
+    path = save_module(module, str(tmp_path / "ctc"))
+    loaded = tf.saved_model.load(path)
+    with tf.GradientTape() as tape:  # the truth: TensorFlow gives the gradient through it
+        loss = loaded.signatures["serving_default"](x=tf.ones([2, 6, 4]), labels=tf.constant([[1, 2, 3]] * 2))["loss"]
+    assert tape.gradient(loss, loaded.w) is not None
     assert not _rules(audit_saved_model(path, AuditOptions(static_only=True)), "custom-gradient")
 
 

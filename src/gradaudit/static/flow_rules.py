@@ -266,8 +266,12 @@ def _producer_op(g, t: int):
 
 def tensorflow_own_custom_gradient(g, node) -> str | None:
     """The TensorFlow API whose own tf.custom_gradient this is, recognised by the forward it saves, or None.
-    tf.nn.silu (swish) saves IdentityN(x * sigmoid(beta * x), x, beta) with a Const `beta`: TensorFlow's code,
-    not the user's (the numeric checks still compare it with finite differences)."""
+    tf.nn.silu (swish) saves IdentityN(x * sigmoid(beta * x), x, beta) with a Const `beta`; tf.nn.ctc_loss on dense
+    labels saves an IdentityN in its own name scope `ctc_loss_dense`, beside the log-softmax of the logits it takes
+    there: TensorFlow's code, not the user's (the numeric checks still compare it with finite
+    differences)."""
+    if node.ref.op_type == "IdentityN" and _in_ctc_loss_dense(g, node):
+        return "tf.nn.ctc_loss"
     if node.ref.op_type != "IdentityN" or len(node.inputs) != 3:
         return None
     beta = _producer_op(g, node.inputs[2][0])
@@ -278,6 +282,16 @@ def tensorflow_own_custom_gradient(g, node) -> str | None:
         return None
     factors = [_producer_op(g, t) for t, _ in value.inputs]
     return "tf.nn.silu" if any(f is not None and f.ref.op_type == "Sigmoid" for f in factors) else None
+
+
+def _in_ctc_loss_dense(g, node) -> bool:
+    """Whether `node` sits in a `ctc_loss_dense` name scope of its function beside the LogSoftmax TensorFlow's
+    ctc_loss_dense takes of the logits in that scope."""
+    scope, _, _ = node.ref.op_name.rpartition("/")
+    if scope.rsplit("/", 1)[-1] != "ctc_loss_dense":
+        return False
+    return any(other.ref.function == node.ref.function and other.ref.op_type == "LogSoftmax"
+               and other.ref.op_name.startswith(scope + "/") for other in g.ops.values())
 
 
 def _disconnected_variable_findings(analysis) -> list:
