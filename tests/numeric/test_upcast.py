@@ -35,7 +35,7 @@ def test_float64_copy_computes_the_same_function_and_custom_gradient(models):
 
 def test_blockers_name_the_op(models):
     assert float64_blockers(read_saved_model(models("fake_quant"), (), "serving_default")) == [
-        "FakeQuantWithMinMaxArgs only accepts float32"]
+        "FakeQuantWithMinMaxArgs takes inputs and returns outputs in float32 only"]
     # FusedBatchNormV3 has float32 kernels only, but the copy computes it with float64 primitives
     assert float64_blockers(read_saved_model(models("fused"), (), "serving_default")) == []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -449,6 +450,29 @@ def _synthesised_structure(plan: Plan, options: NumericOptions) -> list[str]:
 # TensorFlow's errors about the values a kernel was given (an index out of range, row splits that do not
 # partition the values, an assertion on the inputs): with synthesised integer inputs, the inputs' fault.
 _VALUE_ERRORS = ("InvalidArgumentError", "OutOfRangeError")
+# the op whose registered gradient raised, read from the failing node's name in TensorFlow's message
+_GRADIENT_OF = re.compile(r"gradients(?:_\d+)?/(?:[^ ()]*/)?([A-Za-z0-9]+)_grad/")
+
+
+def _gradient_raises(error: str) -> str:
+    """GA204's message for a gradient pass that raised: where a kernel of an op's registered gradient refused the
+    values it was given (a determinant's gradient inverts a singular matrix), that op's gradient at these values,
+    not a gradient TensorFlow lacks."""
+    op = _GRADIENT_OF.search(error)
+    if op and error.startswith(_VALUE_ERRORS):
+        return (f"TensorFlow's gradient of {op.group(1)} raises at the values the model gives it at this point, so no "
+                f"source gets a gradient here: {error}. The forward runs there; the gradient TensorFlow registered "
+                "for that op is not defined at such values, although the derivative may be")
+    return f"Differentiating the loaded model raises in TensorFlow, so no source gets a gradient: {error}"
+
+
+def _gradient_raises_fix(error: str) -> str | None:
+    """The fix for `_gradient_raises`' value case (None: the rule's own)."""
+    if _GRADIENT_OF.search(error) and error.startswith(_VALUE_ERRORS):
+        return ("Keep the op's inputs away from the values where its gradient raises (check with --inputs at "
+                "others), or give it a gradient defined there (tf.custom_gradient: for a determinant, the "
+                "adjugate instead of det(A) inv(A)^T).")
+    return None
 
 
 def variable_groups(plan: Plan, names: list[str]) -> tuple[list[Group], int]:
@@ -485,9 +509,8 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
     elif exc.stage == "gradient":
         reason = f"TensorFlow cannot differentiate the loaded model: {exc}"
         finding = rules.MissingGradient.finding(
-            f"Differentiating the loaded model raises in TensorFlow, so no source gets a gradient: {exc}",
-            sources=tuple(g.source for g in groups),
-            outputs=tuple(sorted({o for g in groups for o in g.outputs})))
+            _gradient_raises(str(exc)), sources=tuple(g.source for g in groups),
+            outputs=tuple(sorted({o for g in groups for o in g.outputs})), fix=_gradient_raises_fix(str(exc)))
     else:
         reason = f"the loaded model cannot run: {exc}"
         finding = rules.UnrunnableModel.finding(

@@ -132,8 +132,9 @@ def _blocker(node, cache: dict) -> str | None:
     op_def = op_def_registry.get(node.op)
     if op_def is None:
         return f"{node.op} is not a TensorFlow op known here"
-    if any(arg.type in _LOW for arg in (*op_def.input_arg, *op_def.output_arg)):
-        return f"{node.op} only accepts float32"
+    fixed = _fixed_to_float32(node.op, op_def)
+    if fixed is not None:
+        return fixed
     doubled: dict[str, tuple[int, ...]] = {}
     for attr in op_def.attr:
         if attr.type not in ("type", "list(type)"):
@@ -149,6 +150,18 @@ def _blocker(node, cache: dict) -> str | None:
     if doubled and not _kernel_accepts(node.op, doubled, cache):
         return f"{node.op} has no float64 kernel"
     return None
+
+
+def _fixed_to_float32(op: str, op_def) -> str | None:
+    """What of the op is fixed to float32 (its arguments of a float32 type, not a type attr), or None: CropAndResize's
+    image may be float64, its boxes and crops not."""
+    fixed_in = [a.name for a in op_def.input_arg if a.type in _LOW]
+    fixed_out = [a.name for a in op_def.output_arg if a.type in _LOW]
+    if not fixed_in and not fixed_out:
+        return None
+    said = ([f"takes {' and '.join(fixed_in)}"] if fixed_in else []) + (
+        [f"returns {' and '.join(fixed_out)}"] if fixed_out else [])
+    return f"{op} {' and '.join(said)} in float32 only"
 
 
 def _attr_types(node, attr) -> tuple[int, ...]:

@@ -129,11 +129,15 @@ MissingGradient = define(
 
     ## Example
     A custom op or function-call whose gradient TensorFlow cannot build after loading, or an
-    `EagerPyFunc` whose gradient existed only in the exporting process.
+    `EagerPyFunc` whose gradient existed only in the exporting process. Or a registered gradient
+    that raises at the values it is given: `tf.linalg.det`'s inverts the matrix, so at a
+    singular one ("Input is not invertible") no source gets a gradient; the finding names the op
+    and the fix is about those values.
 
     ## Use instead
     Differentiable TensorFlow ops on the path, or a custom gradient saved with the model
-    (`tf.saved_model.SaveOptions(experimental_custom_gradients=True)`).
+    (`tf.saved_model.SaveOptions(experimental_custom_gradients=True)`); inputs away from the
+    values where an op's gradient raises, or a gradient defined there.
     """,
 )
 
