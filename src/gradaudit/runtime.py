@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import GradauditError, InternalError
-from .model import Note, NumericResult
+from .model import Note, NumericResult, Severity
 from .progress import say
 from .results import (
     AuditOptions,
@@ -179,7 +179,7 @@ def _numeric(static: StaticResult, path: str, options: AuditOptions, loads, loca
                          local=checked[1] if checked else None)
     part = _numeric_part(run_numeric(path, options.tags, key, task, loads=loads))
     if checked is None:
-        return part
+        return _located(static, options, loads, part)
     outcome, verdict = checked
     from .stability import local as stage
 
@@ -187,6 +187,44 @@ def _numeric(static: StaticResult, path: str, options: AuditOptions, loads, loca
     return replace(part, findings=tuple(found) + part.findings,
                    notes=_notes("numeric", stage.notes(outcome, verdict is not None)) + part.notes,
                    local=tuple(outcome.checks))
+
+
+def _located(static: StaticResult, options: AuditOptions, loads, part: NumericPart) -> NumericPart:
+    """Where the whole-model checks found gradient mismatches (GA201 errors, one per source) in a model with saved
+    custom gradients, the local checks at the same point look for the custom gradient at fault: each one whose own
+    check fails with the cotangent the model's backward hands it (LocalOutcome.decisive) is one finding naming it,
+    which stands for the mismatches of the sources it covers (one cause, one finding; their rows stay). Nothing
+    changes where the local checks cannot run or name no custom gradient, in a compiled module (judged by bisecting
+    its variables), or where a cut or a surrogate may explain the mismatches (reconcile judges those)."""
+    mismatches = [f for f in part.findings if f.code == "GA201" and f.severity is Severity.ERROR]
+    if not mismatches or not _may_locate(static, loads):
+        return part
+    checked = _local_checks(static, options, loads)
+    return part if checked is None else _folded(part, mismatches, checked[0], static.analysis)
+
+
+def _may_locate(static: StaticResult, loads) -> bool:
+    info = loads.info
+    return (bool(info.custom_gradients) and "XlaCallModule" not in info.op_types
+            and not any(f.partial_by for f in static.flow))
+
+
+def _folded(part: NumericPart, mismatches: list, outcome, analysis) -> NumericPart:
+    """`part` with the mismatches the failing custom gradients of `outcome` cover replaced by their findings."""
+    from .stability import local as stage
+
+    found = [f for f in stage.findings(outcome, analysis) if f.op in outcome.decisive and f.sources]
+    covered = {s for f in found for s in f.sources}
+    folded = [f for f in mismatches if f.sources and set(f.sources) <= covered]
+    if not folded:
+        return part
+    ops = ", ".join(f.op.label for f in found if f.op is not None)
+    note = Note("numeric", f"The gradient mismatches of {', '.join(s for f in folded for s in f.sources)} are one "
+                           f"cause: the custom gradient{'s' if len(found) > 1 else ''} of {ops}, which failed "
+                           f"{'their' if len(found) > 1 else 'its'} own check at the values the model's forward gave "
+                           "it (the numeric rows are the whole-model checks').")
+    return replace(part, findings=tuple(found) + tuple(f for f in part.findings if f not in folded),
+                   notes=part.notes + (note,), local=part.local + tuple(outcome.checks))
 
 
 def _whole_model_passed(part: NumericPart) -> bool:
