@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..flow import STOP_OPS
+from ..graph.dataflow import STATE_WRITES
 from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, sweep
@@ -241,11 +242,18 @@ class Checker:
         if unstable:
             sources = sorted({g.source for g in groups if set(g.outputs) & set(unstable)})
             ops = f" The model runs stateful random ops ({', '.join(random_ops)})." if random_ops else ""
+            writes = sorted(self.s.op_types & frozenset(STATE_WRITES))
+            if writes:  # the state a call leaves is the next call's: the weights a serving call writes (GA112)
+                ops += (f" The model writes variables when it runs ({', '.join(writes)}): each evaluation starts from "
+                        "the values the one before wrote.")
             worst = max(unstable, key=lambda o: unstable[o])
             self.findings.append(rules.Nondeterministic.finding(
                 f"Two evaluations at the same point differ (relative difference {unstable[worst]:.1e} in "
                 f"{worst}).{ops} Gradient checks through {', '.join(sorted(unstable))} are not reported.",
-                sources=tuple(sources), outputs=tuple(sorted(unstable))))
+                sources=tuple(sources), outputs=tuple(sorted(unstable)),
+                fix=None if random_ops or not writes else (
+                    "Export a function that does not write its variables (the writes are named by GA112 where "
+                    "they are trainable weights): an inference function, not a training step.")))
         return set(unstable)
 
     # -- cotangents, directions, points ------------------------------------------------------------

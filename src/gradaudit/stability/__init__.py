@@ -136,11 +136,12 @@ def _batch_point(loaded, plan, base: dict, options: StabilityOptions, outcome: S
     wider = synthesise(plan.specs, replace(n, batch_size=options.batch_size), plan.domains)
     if all(np.shape(wider[k]) == np.shape(v) for k, v in base.items() if k in wider):
         return base  # the signature fixes its inputs' shapes: there is no batch size to choose
-    why = _mixes_examples(loaded.fn, wider, plan.float_outputs)
-    if not why:
+    found = _mixes_examples(loaded.fn, wider, plan.float_outputs)
+    if found is None:
         return base
-    outcome.notes.append(f"Stability probes at a batch of {options.batch_size}, as the numeric checks: "
-                         f"{why}, so one example alone would not show what a batch does.")
+    why, mixes = found
+    outcome.notes.append(f"Stability probes at a batch of {options.batch_size}, as the numeric checks: {why}"
+                         + (", so one example alone would not show what a batch does." if mixes else "."))
     return wider
 
 
@@ -247,30 +248,41 @@ def _suspects_on_path(analysis):
     return suspects
 
 
-def _mixes_examples(fn, point: dict, outputs: list[str]) -> str | None:
-    """Why the model's outputs for one example depend on the other examples of its batch (batch statistics,
-    a loss over the batch), or None when each example's outputs are those it has alone: the forward at `point`
-    against each of its examples run by itself."""
+def _mixes_examples(fn, point: dict, outputs: list[str]) -> tuple[str, bool] | None:
+    """(why the probes keep the batch, whether that is because the model's outputs for one example depend on the
+    other examples of its batch: batch statistics, a loss over the batch), or None when each example's outputs are
+    those it has alone, or when two calls at the batch differ (random draws, weights the call writes), which leaves
+    nothing to compare: the forward at `point` against each of its examples run by itself."""
     import numpy as np
 
     from ..numeric.runner import ModelError
 
+    def run(feed: dict) -> dict:
+        return {o: np.asarray(v, np.float64) for o, v in fn(**feed).items() if o in outputs}
+
     try:
-        together = {o: np.asarray(v, np.float64) for o, v in fn(**point).items() if o in outputs}
+        together = run(point)
         rows = next(iter(point.values())).shape[0]
-        alone = [{o: np.asarray(v, np.float64) for o, v in fn(**{k: a[i:i + 1] for k, a in point.items()}).items()
-                  if o in outputs} for i in range(rows)]
+        alone = [run({k: a[i:i + 1] for k, a in point.items()}) for i in range(rows)]
     except (ModelError, ValueError, TypeError) as exc:
-        return f"its examples could not be run one by one ({type(exc).__name__})"
+        return f"its examples could not be run one by one ({type(exc).__name__})", False
     except Exception as exc:  # noqa: BLE001 - TensorFlow's refusal of a batch of one is an answer too
-        return f"its examples could not be run one by one ({type(exc).__name__})"
+        return f"its examples could not be run one by one ({type(exc).__name__})", False
     for o, value in together.items():
         if value.ndim == 0 or value.shape[0] != rows:
-            return f"its output {o} has no batch dimension"
+            return f"its output {o} has no batch dimension", False
         each = np.concatenate([a[o] for a in alone], axis=0)
-        scale = float(np.max(np.abs(value[np.isfinite(value)]), initial=0.0))
-        if each.shape != value.shape or not np.allclose(each, value, rtol=1e-4, atol=1e-6 * scale + 1e-30,
-                                                           equal_nan=True):
-            return f"its output {o} for one example changes with the other examples of the batch"
+        if each.shape != value.shape or not _close(each, value):
+            again = run(point)[o]
+            if not _close(again, value):
+                return None  # the same batch twice gives other outputs: the examples cannot be compared
+            return f"its output {o} for one example changes with the other examples of the batch", True
     return None
+
+
+def _close(a, b) -> bool:
+    import numpy as np
+
+    scale = float(np.max(np.abs(b[np.isfinite(b)]), initial=0.0))
+    return bool(np.allclose(a, b, rtol=1e-4, atol=1e-6 * scale + 1e-30, equal_nan=True))
 
