@@ -160,9 +160,7 @@ class Forensics:
         self._inputs = {k: by_name.get(s.name or k, by_name.get(k)) for k, s in specs.items()}
         keys = sorted(self.fn.structured_outputs)
         self._outputs = {k: graph.get_tensor_by_name(name) for k, name in zip(keys, outputs)}
-        # the tensors the forward reads (an op's input, or an output of the function): a FusedBatchNormV3's
-        # reserve spaces in inference are read by no op and hold whatever memory they were given
-        self._read = {t.name for op in self._ops for t in op.inputs} | {t.name for t in self._outputs.values()}
+        self._read = _needed(self._outputs.values())
         for op in self._ops:
             self._rebind_custom_gradient(op)
 
@@ -300,8 +298,9 @@ class Forensics:
         return [t for op in self._ops for t in op.outputs if _carries_gradient(t)]
 
     def _float_tensors(self):
-        """The float tensors of the forward pass that something reads: an unread output's values are no value of
-        the model's."""
+        """The float tensors of the forward pass the function's outputs depend on: another value is no value of the
+        model's (a FusedBatchNormV3's reserve spaces in inference, kept only for a backward, hold whatever memory
+        they were given)."""
         return [t for op in self._ops for t in op.outputs if _is_float(t) and t.name in self._read]
 
     # -- forward: the first op that returned a non-finite value from finite inputs ---------------
@@ -502,3 +501,16 @@ class Forensics:
 
     def close(self) -> None:
         self._stale()
+
+
+def _needed(outputs) -> set[str]:
+    """The names of the tensors `outputs` depend on, through the inputs of the ops that make them."""
+    needed: set[str] = set()
+    stack = list(outputs)
+    while stack:
+        t = stack.pop()
+        if t.name in needed:
+            continue
+        needed.add(t.name)
+        stack.extend(t.op.inputs)
+    return needed
