@@ -1,6 +1,7 @@
 """Synthesised integer inputs the ops accept (issue 22): a length bounded by a time axis, a position along an
-axis, segment ids; where the graph does not tell (row splits), the synthesised inputs are said to be outside
-what the model accepts, the verdict is incomplete and --inputs is asked for, never a GA201 or GA205.
+axis, segment ids, a ragged tensor's row splits; where the graph does not tell (a sparse tensor's indices into a
+shape), the synthesised inputs are said to be outside what the model accepts, the verdict is incomplete and
+--inputs is asked for, never a GA201 or GA205.
 
 Truth: tf.GradientTape on the loaded model at valid inputs, against float64 central differences.
 """
@@ -61,6 +62,22 @@ def ragged_model(path: str) -> str:
     return _save(M(), path)
 
 
+def sparse_model(path: str) -> str:
+    """A sparse tensor's indices into a [4, 5] shape, as a signature input: nothing bounds them but the shape."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(np.random.default_rng(9).standard_normal((5, 3)).astype("float32"), name="w")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([None], tf.float32)])
+        def __call__(self, indices, values):
+            sp = tf.sparse.reorder(tf.sparse.SparseTensor(indices, values, dense_shape=[4, 5]))
+            return {"y": tf.sparse.sparse_dense_matmul(sp, self.w)}
+
+    return _save(M(), path)
+
+
 def scatter_model(path: str) -> str:
     """Rows a scatter update writes (last write wins), indexed by an integer input: with two equal rows one update
     is lost from the forward while TensorFlow's gradient hands each update its part."""
@@ -100,8 +117,10 @@ VALID = {
     "ragged": {"values": np.random.default_rng(4).standard_normal(5), "row_splits": np.array([0, 2, 5])},
     "scatter": {"rows": np.array([4, 0, 2]), "v": np.random.default_rng(7).standard_normal((3, 2))},
     "partition": {"x": np.random.default_rng(8).standard_normal(6), "part": np.array([0, 2, 1, 1, 0, 2])},
+    "sparse": {"indices": np.array([[0, 1], [1, 3], [2, 0], [3, 4]]),
+               "values": np.random.default_rng(10).standard_normal(4)},
 }
-FLOAT = {"ctc": "feats", "segment": "x", "ragged": "values", "scatter": "v", "partition": "x"}
+FLOAT = {"ctc": "feats", "segment": "x", "ragged": "values", "scatter": "v", "partition": "x", "sparse": "values"}
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +128,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("structural")
     return {name: recipe(str(root / name)) for name, recipe in
             {"ctc": ctc_model, "segment": segment_model, "ragged": ragged_model, "scatter": scatter_model,
-             "partition": partition_model}.items()}
+             "partition": partition_model, "sparse": sparse_model}.items()}
 
 
 def _truth_agrees(path: str, name: str, values: dict | None = None) -> bool:
@@ -140,7 +159,7 @@ def _truth_agrees(path: str, name: str, values: dict | None = None) -> bool:
     return abs(numeric - float(np.sum(g * d))) <= 1e-2 * max(abs(numeric), 1e-6)
 
 
-@pytest.mark.parametrize("name", ["ctc", "segment", "scatter", "partition"])
+@pytest.mark.parametrize("name", ["ctc", "segment", "scatter", "partition", "ragged"])
 def test_inputs_the_ops_accept_are_synthesised_and_the_healthy_model_passes(built, name):
     from gradaudit.api import AuditOptions, audit_saved_model
 
@@ -153,8 +172,8 @@ def test_inputs_the_ops_accept_are_synthesised_and_the_healthy_model_passes(buil
 def test_inputs_the_graph_does_not_describe_make_the_audit_incomplete_not_a_finding(built):
     from gradaudit.api import AuditOptions, audit_saved_model
 
-    assert _truth_agrees(built["ragged"], "ragged")
-    report = audit_saved_model(built["ragged"], AuditOptions())
+    assert _truth_agrees(built["sparse"], "sparse")
+    report = audit_saved_model(built["sparse"], AuditOptions())
     assert not {"GA201", "GA204", "GA205"} & {f.code for f in report.findings}
     assert report.verdict() == "incomplete"
     assert any("outside what the model accepts" in line and "--inputs" in line for line in report.incomplete)

@@ -48,12 +48,14 @@ _PASS = {"Identity", "IdentityN", "Snapshot", "EnsureShape", "Reshape", "ExpandD
 _INTEGER = {3, 4, 5, 6, 9, 17, 22, 23}  # int32, uint8, int16, int8, int64, uint16, uint32, uint64
 _FLOAT = {1, 2, 14, 19}
 COUNT_HIGH = 5  # integers whose use is unknown: [1, 5)
+# the name scope of tf.RaggedTensor.from_row_splits' own ops (its checks and the row partition it makes)
+_SPLITS_SCOPE = "RowPartitionFromRowSplits/"
 
 
 @dataclass(frozen=True)
 class InputDomain:
     kind: str  # "ids" | "classes" | "count" | "index" | "distribution" | "length" | "position" | "segments"
-    # | "partitions"
+    # | "partitions" | "splits" (a ragged tensor's row splits: offsets from 0 to the number of values)
     # ids in [1, high): the size of the table indexed; classes in [0, high); segment ids in [0, high) (None:
     # sorted ids, all 0); partition indices in [0, high)
     high: int | None = None
@@ -87,6 +89,9 @@ class InputDomain:
         if self.kind == "partitions":
             return f"partition indices in [0, {self.high})" + (f" of {self.op.op_type} '{self.op.op_name}'"
                                                                if self.op else "")
+        if self.kind == "splits":
+            return ("the row splits 0, 1, 2, ... of a ragged tensor (one value a row)"
+                    + (f", read by {self.op.op_type} '{self.op.op_name}'" if self.op else ""))
         if self.kind == "segments":
             where = f" of {self.op.op_type} '{self.op.op_name}'" if self.op else ""
             return (f"segment ids in [0, {self.high}){where}" if self.high else f"sorted segment ids (all 0){where}")
@@ -251,6 +256,7 @@ class _IntegerUses:
     segments: InputDomain | None = None
     position: InputDomain | None = None
     distinct: OpRef | None = None  # a scatter update writing the rows they index
+    splits: OpRef | None = None  # an op of RaggedTensor.from_row_splits reading them
 
     def domain(self) -> InputDomain:
         """The domain they tell, in order of precedence; indices a scatter update writes are distinct."""
@@ -260,6 +266,8 @@ class _IntegerUses:
         return found
 
     def _domain(self) -> InputDomain:
+        if self.splits is not None:
+            return InputDomain("splits", op=self.splits)
         if self.segments is not None:
             return self.segments
         if self.length is not None and self.high is None:
@@ -296,6 +304,9 @@ def _read_by(g, node, i: int, x: int, variable_shapes: dict, uses: _IntegerUses)
     integer tensors it computes from them, to follow next."""
     op = node.ref.op_type
     if op in METADATA_OPS:  # its shape, not its values
+        return []
+    if _SPLITS_SCOPE in node.ref.op_name:  # the offsets of a ragged tensor's rows, however they are read
+        uses.splits = uses.splits or node.ref
         return []
     if _indexes(g, node, i, variable_shapes, uses):
         return []

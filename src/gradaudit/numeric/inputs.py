@@ -105,8 +105,19 @@ def synthesise(specs: Mapping[str, Any], options: PointOptions, domains: Domains
                                  f"wants {spec.shape.as_list()}")
             arrays[name] = value.astype(spec.dtype.as_numpy_dtype)
             continue
-        arrays[name] = _synthesised(spec, _shape(name, spec, batch_size, dim, shapes), domains.inputs.get(name), rng)
+        domain = domains.inputs.get(name)
+        shape = _shape(name, spec, batch_size, dim, shapes)
+        if domain is not None and domain.kind == "splits" and name not in shapes:
+            shape = _splits_shape(spec, shape, batch_size)
+        arrays[name] = _synthesised(spec, shape, domain, rng)
     return arrays
+
+
+def _splits_shape(spec, shape: tuple[int, ...], batch_size: int) -> tuple[int, ...]:
+    """A ragged tensor's row splits of unknown length: one more than the batch, for values of a batch of rows."""
+    if spec.shape.rank == 1 and spec.shape[0] is None:
+        return (batch_size + 1,)
+    return shape
 
 
 def _synthesised(spec, shape: tuple[int, ...], domain, rng: np.random.Generator) -> np.ndarray:
@@ -144,6 +155,8 @@ def _integers(domain, shape: tuple[int, ...], rng: np.random.Generator, np_dtype
         return rng.integers(0, domain.high, size=shape).astype(np_dtype)
     if domain.kind in ("length", "position"):
         return np.full(shape, min(1, (domain.high or 2) - 1), dtype=np_dtype)
+    if domain.kind == "splits" and len(shape) == 1:  # one value a row: 0, 1, ..., the values' rows (_splits_shape)
+        return np.arange(shape[0]).astype(np_dtype)
     if domain.distinct is not None:
         return _distinct(domain, shape, rng).astype(np_dtype)
     if domain.kind in ("segments", "partitions"):
