@@ -464,7 +464,14 @@ class Checker:
         elif len(attempts) > 1:
             reason = (f"passed at a nearby point; along {len(attempts) - 1} earlier line(s) the "
                       f"difference quotients did not settle, without a discrepancy beyond their error bound")
-        status = "pass"
+        status: CheckStatus = "pass"
+        if judged is None and len(attempts) > 1 and self.s.given and not self.s.strict:  # not a probe point
+            # the inputs given are the point asked about (a degenerate matrix, a tie): a nearby point that passes
+            # says nothing of a gradient there, where the differences did not settle (a jump, no derivative)
+            status = "inconclusive"
+            reason = (f"at the inputs given the difference quotients did not settle along {len(attempts) - 1} "
+                      "line(s) (the forward may jump there: no derivative); a nearby point passes, which does not "
+                      "decide the inputs given")
         if attempts[-1].est.scale == 0.0:  # nothing was compared: say so rather than pass
             status = "inconclusive"
             reason = ("gradient and finite differences are both zero at the checked point"

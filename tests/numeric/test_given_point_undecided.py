@@ -1,0 +1,72 @@
+"""At the inputs given, a gradient whose difference quotients do not settle is undecided there, even when a nearby
+point passes: the inputs given are the point asked about. The top eigenvector of tf.linalg.eigh at a degenerate top
+eigenvalue (diag(1, 2, 2), the identity) has no derivative: the output jumps, and a default run passed it "at a
+nearby point" (tester 16). Healthy twins: the same model at a generic matrix, and a function of the eigenvalues
+alone (sum e**2, smooth everywhere), pass at the degenerate matrices. Truth: float64 one-sided differences of a
+numpy twin at the degenerate point disagree (a jump), and agree at the generic one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import save_module
+
+from gradaudit.api import AuditOptions, audit_saved_model
+
+C = np.array([[1.0, 0.2, -0.3], [0.2, 2.0, 0.5], [-0.3, 0.5, -1.0]])
+GENERIC = np.array([[[2.0, 0.3, -0.1], [0.3, 1.0, 0.4], [-0.1, 0.4, 3.5]]])
+DEGENERATE = {"diag(1, 2, 2)": np.diag([1.0, 2.0, 2.0])[None], "identity": np.eye(3)[None]}
+
+
+class TopVector(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, 3, 3], tf.float32, name="a")])
+    def __call__(self, a):
+        e, v = tf.linalg.eigh(0.5 * (a + tf.linalg.matrix_transpose(a)))
+        top = v[..., :, 2:3]
+        return {"y": tf.reduce_sum(tf.constant(C, tf.float32) * tf.matmul(top, top, transpose_b=True), axis=[-2, -1])
+                + tf.reduce_sum(e * tf.constant([1.0, 2.0, 3.0]), -1)}
+
+
+class SquaredEigenvalues(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, 3, 3], tf.float32, name="a")])
+    def __call__(self, a):
+        e, _ = tf.linalg.eigh(0.5 * (a + tf.linalg.matrix_transpose(a)))
+        return {"y": tf.reduce_sum(e * e, -1)}
+
+
+def _top_vector(a: np.ndarray) -> float:
+    e, v = np.linalg.eigh(0.5 * (a + a.T))
+    top = v[:, 2:3]
+    return float(np.sum(C * (top @ top.T)) + e @ np.array([1.0, 2.0, 3.0]))
+
+
+def _jumps(a: np.ndarray) -> bool:
+    """Whether float64 one-sided differences along a fixed direction disagree: no derivative at `a`."""
+    d = np.random.default_rng(0).standard_normal((3, 3))
+    h = 1e-7
+    up, down = (_top_vector(a + h * d) - _top_vector(a)) / h, (_top_vector(a) - _top_vector(a - h * d)) / h
+    return abs(up - down) > 1e-3 * max(abs(up), abs(down), 1.0)
+
+
+def _audit(path: str, tmp_path, a: np.ndarray):
+    np.savez(tmp_path / "inputs.npz", a=a.astype(np.float32))
+    return audit_saved_model(path, AuditOptions(inputs_file=str(tmp_path / "inputs.npz")))
+
+
+@pytest.mark.parametrize("name", sorted(DEGENERATE))
+def test_no_derivative_at_the_inputs_given_is_not_a_pass(tmp_path, name):
+    a = DEGENERATE[name]
+    assert _jumps(a[0]) and not _jumps(GENERIC[0])  # the truth
+    path = save_module(TopVector(), str(tmp_path / "top"))
+    report = _audit(path, tmp_path, a)
+    assert report.verdict() == "incomplete", [(r.source, r.status, r.reason) for r in report.numeric]
+    (row,) = [r for r in report.numeric if r.scale is None]
+    assert row.status == "inconclusive" and "does not decide the inputs given" in row.reason
+    assert _audit(path, tmp_path, GENERIC).verdict() == "pass"
+
+
+def test_a_smooth_function_of_the_eigenvalues_passes_at_a_degenerate_matrix(tmp_path):
+    path = save_module(SquaredEigenvalues(), str(tmp_path / "squares"))
+    for a in DEGENERATE.values():
+        assert _audit(path, tmp_path, a).verdict() == "pass"
