@@ -9,18 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import save_module
+from helpers import save_module, scaled_tanh
 
 from gradaudit.api import AuditOptions, audit_saved_model
-
-
-def _wrong_tanh(factor: float):
-    @tf.custom_gradient
-    def act(h):
-        y = tf.tanh(h)
-        return y, lambda dy: dy * (1 - y * y) * factor
-
-    return act
 
 
 class Mlp(tf.Module):
@@ -31,7 +22,7 @@ class Mlp(tf.Module):
         self.w1 = tf.Variable(rng.standard_normal((4, 5)).astype(np.float32) * 0.5, name="w1")
         self.w2 = tf.Variable(rng.standard_normal((5, 5)).astype(np.float32) * 0.5, name="w2")
         self.w3 = tf.Variable(rng.standard_normal((5, 2)).astype(np.float32) * 0.5, name="w3")
-        self.act = _wrong_tanh(factor)
+        self.act = scaled_tanh(factor)
 
     @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
     def __call__(self, x):
@@ -48,7 +39,7 @@ class TwoBranches(tf.Module):
         rng = np.random.default_rng(4)
         self.wa = tf.Variable(rng.standard_normal((3, 2)).astype(np.float32), name="wa")
         self.wb = tf.Variable(rng.standard_normal((3, 2)).astype(np.float32), name="wb")
-        self.act = _wrong_tanh(factor)
+        self.act = scaled_tanh(factor)
 
     @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="a"),
                                   tf.TensorSpec([None, 3], tf.float32, name="b")])

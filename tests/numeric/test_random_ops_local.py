@@ -7,23 +7,15 @@ loaded model against central differences with the random stream reset before eve
 from __future__ import annotations
 
 import tensorflow as tf
-from helpers import save_module
+from helpers import save_module, scaled_tanh
 
 from gradaudit.api import AuditOptions, audit_saved_model
-
-
-def _tanh(scale: float):
-    @tf.custom_gradient
-    def f(x):
-        y = tf.tanh(x)
-        return y, lambda dy: dy * (1.0 - y * y) * scale
-    return f
 
 
 class Noisy(tf.Module):
     def __init__(self, scale: float, dropout: bool):
         self.w = tf.Variable(tf.random.stateless_normal([3, 2], seed=[1, 2]), name="w")
-        self._f, self._dropout = _tanh(scale), dropout
+        self._f, self._dropout = scaled_tanh(scale), dropout
 
     @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")], autograph=False)
     def __call__(self, x):

@@ -17,7 +17,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..graph.dataflow import STATE_WRITES
 from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, sweep
@@ -242,7 +241,7 @@ class Checker:
         if unstable:
             sources = sorted({g.source for g in groups if set(g.outputs) & set(unstable)})
             ops = f" The model runs stateful random ops ({', '.join(random_ops)})." if random_ops else ""
-            writes = sorted(self.s.op_types & frozenset(STATE_WRITES))
+            writes = sorted(self.s.op_types & VARIABLE_WRITES)
             if writes:  # the state a call leaves is the next call's: the weights a serving call writes (GA112)
                 ops += (f" The model writes variables when it runs ({', '.join(writes)}): each evaluation starts from "
                         "the values the one before wrote.")

@@ -262,7 +262,6 @@ class PointRuns:
         gradients are not computed again at that point."""
         self.fn, self.analysis, self.sources, self.base, self.u = fn, analysis, sources, base, u
         self.known = known
-        self.reused = 0  # points whose gradients were `known`: only their forward ran here
         self.frozen: Forensics = FrozenRuns(fn, analysis)
         self.together = True
         self._runner: Any = None
@@ -278,7 +277,6 @@ class PointRuns:
         if self._known_at(point):
             assert self.known is not None
             result = self._forward_only(point, dict(self.known[2]), forward)
-            self.reused += 1
         else:
             together = self._together(point) if self.together else None
             result = self._apart(point, forward) if together is None else together
