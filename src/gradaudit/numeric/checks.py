@@ -209,12 +209,13 @@ class Checker:
         positive distribution, a square root): the checks run at its absolute values instead when the outputs
         are finite there, and a note says so. Inputs given with --inputs and inputs with a known domain (labels,
         token ids) stay as they are."""
+        from .inputs import absolute_point
+
         r = self.runner
         inputs, var_base = r.snapshot()
-        flipped = [n for n in r.input_sources if n not in self.s.given and n not in self.s.domains.inputs]
+        moved, flipped = absolute_point(inputs, r.input_sources, self.s.given, self.s.domains)
         if not flipped:
             return
-        moved = {k: (np.abs(np.asarray(v)) if k in flipped else v) for k, v in inputs.items()}
         r.move_to(moved, var_base)
         outputs = r.evaluate(0.0, self._zero)[1]
         if not self._all_finite(outputs):

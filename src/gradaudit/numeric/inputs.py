@@ -113,6 +113,15 @@ def synthesise(specs: Mapping[str, Any], options: PointOptions, domains: Domains
     return arrays
 
 
+def absolute_point(point: Mapping[str, np.ndarray], sources, given: frozenset[str], domains: Domains
+                   ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """`point` with the float sources that were synthesised as N(0, 1) (not given with --inputs, no known domain)
+    at their absolute values, and their names: where the synthesised point is outside the model's domain (a
+    square root, the log-density of a positive distribution), the checks and the probes start from there."""
+    flipped = [n for n in sources if n not in given and n not in domains.inputs]
+    return {k: (np.abs(np.asarray(v)) if k in flipped else v) for k, v in point.items()}, flipped
+
+
 def _splits_shape(spec, shape: tuple[int, ...], batch_size: int) -> tuple[int, ...]:
     """A ragged tensor's row splits of unknown length: one more than the batch, for values of a batch of rows."""
     if spec.shape.rank == 1 and spec.shape[0] is None:

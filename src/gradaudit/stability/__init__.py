@@ -94,6 +94,7 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
         return
     loaded = loads.get(False)
     base = _batch_point(loaded, plan, base, options, outcome)
+    base = _in_domain(loaded.fn, plan, base, given_inputs(n.inputs_file), outcome)
     by_name = signature_variables(info, loaded.fn)
     variables = [(v, by_name[v]) for v in plan.variable_sources if v in by_name]
     prober = None
@@ -143,6 +144,31 @@ def _batch_point(loaded, plan, base: dict, options: StabilityOptions, outcome: S
     outcome.notes.append(f"Stability probes at a batch of {options.batch_size}, as the numeric checks: {why}"
                          + (", so one example alone would not show what a batch does." if mixes else "."))
     return wider
+
+
+def _in_domain(fn, plan, base: dict, given: frozenset[str], outcome: StabilityOutcome) -> dict:
+    """The probes' base point: `base`, or, where the model's outputs are NaN or Inf there and finite at the
+    absolute values of its synthesised N(0, 1) inputs (a square root, a positive distribution's log-density),
+    those absolute values, as the numeric checks do (said in a note). Otherwise every probe point would be
+    outside the function's domain and nothing would be observed."""
+    import numpy as np
+
+    from ..numeric.inputs import absolute_point
+
+    def finite(point: dict) -> bool:
+        try:
+            got = fn(**point)
+        except Exception:  # noqa: BLE001 - a point TensorFlow refuses is not a better base
+            return False
+        return all(np.all(np.isfinite(np.asarray(v, np.float64))) for o, v in got.items()
+                   if o in plan.float_outputs)
+
+    moved, flipped = absolute_point(base, plan.input_sources, given, plan.domains)
+    if not flipped or finite(base) or not finite(moved):
+        return base
+    outcome.notes.append(f"Stability probes scale the absolute values of the synthesised inputs "
+                         f"({', '.join(flipped)}), where the outputs are finite, as the numeric checks do.")
+    return moved
 
 
 def _ladder(prober, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:

@@ -297,11 +297,12 @@ class Forensics:
         """The tensors the backward gives a gradient: float and complex ones (_carries_gradient)."""
         return [t for op in self._ops for t in op.outputs if _carries_gradient(t)]
 
-    def _float_tensors(self):
-        """The float tensors of the forward pass the function's outputs depend on: another value is no value of the
-        model's (a FusedBatchNormV3's reserve spaces in inference, kept only for a backward, hold whatever memory
-        they were given)."""
-        return [t for op in self._ops for t in op.outputs if _is_float(t) and t.name in self._read]
+    def _float_tensors(self, complex_too: bool = False):
+        """The float tensors (`complex_too`: and the complex ones) of the forward pass the function's outputs
+        depend on: another value is no value of the model's (a FusedBatchNormV3's reserve spaces in inference,
+        kept only for a backward, hold whatever memory they were given)."""
+        kept = _carries_gradient if complex_too else _is_float
+        return [t for op in self._ops for t in op.outputs if kept(t) and t.name in self._read]
 
     # -- forward: the first op that returned a non-finite value from finite inputs ---------------
     def forward(self, feed: dict[str, np.ndarray]) -> Culprit | None:
@@ -322,7 +323,7 @@ class Forensics:
     def _first_overflow_of(self, run) -> Culprit | None:
         """The first op of the forward pass that returned a non-finite value from finite inputs, every float
         tensor of the graph fetched with `run`."""
-        tensors = self._float_tensors()
+        tensors = self._float_tensors(complex_too=True)  # a complex Exp overflows to inf+infj
         return self._first_overflow(self._ops, dict(zip((t.name for t in tensors), run(tensors))), self._ref)
 
     @staticmethod

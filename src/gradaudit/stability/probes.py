@@ -825,7 +825,9 @@ class Prober:
         if exact is not None and nonfinite(exact[0][output]):
             return DOMAIN, None, ("non-finite in float64 too (outside the function's domain, or beyond float64's "
                                   "range): not reported")
-        return FORWARD, self.culprit(("forward", config, scale, sign), lambda: self.forensics.forward(point)), ""
+        key = ("forward", config, scale, sign)
+        culprit = self.culprit(key, lambda: self.forensics.forward(point))
+        return FORWARD, culprit, "" if culprit is not None else self._unlocated(key)
 
     def _judge_gradient(self, point, output, source, grad, exact, at: ProbeAt) -> Observation:
         """The observation of a non-finite gradient of `output` for `source` at the probe point `at` (`exact`:
@@ -836,7 +838,9 @@ class Prober:
             bad = ~np.isfinite(grad)
             dtype = self.dtypes[source]
             true = np.abs(exact[1][source][bad]) if exact[1][source].shape == bad.shape else np.array([])
-            if true.size and np.all(true > float(np.finfo(dtype).max)):
+            # A true value that is infinite in float64 too is no overflow: the derivative is infinite or does
+            # not exist there (Sqrt at 0, Angle at the origin), a hazard like a NaN.
+            if true.size and np.all(np.isfinite(true)) and np.all(true > float(np.finfo(dtype).max)):
                 return Observation(OVERFLOW, scale, sign, config, value, note=f"its true value, about "
                                    f"{float(true.max()):.3g} by float64, is beyond {dtype}'s range: an overflow "
                                    "of the value itself, not reported")
@@ -846,8 +850,19 @@ class Prober:
         note = ""
         if culprit is None and key not in self._forensics_failed and len(self.plan.float_outputs) > 1:
             culprit, note, through = self._made_by_another_output(point, output, config, scale, sign)
-            return Observation(GRADIENT, scale, sign, config, value, culprit=culprit, note=note, through=through)
-        return Observation(GRADIENT, scale, sign, config, value, culprit=culprit, note=note)
+            return Observation(GRADIENT, scale, sign, config, value, culprit=culprit,
+                               note=note or ("" if culprit is not None else self._unlocated(key)), through=through)
+        return Observation(GRADIENT, scale, sign, config, value, culprit=culprit,
+                           note=note or ("" if culprit is not None else self._unlocated(key)))
+
+    def _unlocated(self, key: tuple) -> str:
+        """Why the forensics located no op for the probe observation `key` ("forward" or "gradient" first)."""
+        if key in self._forensics_failed:
+            return "TensorFlow could not run a frozen copy of the graph to look for it"
+        if key[0] == "forward":
+            return "in a frozen copy of the graph run at that point, no op returned a NaN/Inf from finite float inputs"
+        return ("in a frozen copy of the graph differentiated at that point, no op's backward turned finite "
+                "gradients into NaN/Inf")
 
     def _made_by_another_output(self, point, output, config, scale, sign) -> tuple[Culprit | None, str, str]:
         """(culprit, note, the other output) of a non-finite gradient of `output` that the frozen graph,
