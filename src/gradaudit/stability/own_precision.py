@@ -603,8 +603,9 @@ def summary(into: Comparison) -> list[str]:
         largest = max(into.noisy)[1]
         lines.append(f"The float32 gradient differs from the float64 copy's by more than {pct(GAP)} at "
                      f"{len(into.noisy)} (source, point) pair(s), each within float32's own noise there, measured "
-                     f"at a point moved by {NUDGE:g} (the largest: {largest}): the true gradient is below what "
-                     "float32 resolves there, not a float32 error to report.")
+                     f"at a point moved by {NUDGE:g} (the largest: {largest}): there float32's rounding alone moves "
+                     "the gradient by as much as the gap (a gradient too small for float32 to resolve, or one that "
+                     "changes fast with the point, as at a repeated eigenvalue), not a float32 error to report.")
     if into.unresolved:
         lines.append(f"The float32 gradient differs from the float64 copy's by more than {pct(GAP)} at "
                      f"{len(into.unresolved)} (source, point) pair(s), each by less than the float32 outputs resolve "
