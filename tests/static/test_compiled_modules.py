@@ -60,3 +60,37 @@ def test_a_module_that_cannot_be_read_is_unknown_not_connected(tmp_path):
     report = audit_saved_model(str(path), AuditOptions(static_only=True))
     assert {e.status for e in report.flow} == {"unknown"}
     assert any("XlaCallModule" in note.text for note in report.notes)
+
+
+def test_a_saved_gradient_of_two_results_lists_both_outputs(tmp_path):
+    """jax2tf's custom gradient is one IdentityN over every result of the module: its GA107 lists the outputs of
+    all its results (tester 16: only the first). Truth: the module's two heads each get a gradient from the saved
+    gradient function (truth.json); a tf.custom_gradient of two results is the same op and the same class."""
+    import tensorflow as tf
+
+    truth = _truth("jax_two_heads")
+    report = audit_saved_model(os.path.join(THIRDPARTY, "jax_two_heads"), AuditOptions(static_only=True))
+    [f] = [f for f in report.findings if f.rule == "custom-gradient"]
+    assert set(f.outputs) == {o for (_, o), t in truth.items() if t == "nonzero"}
+
+    @tf.custom_gradient
+    def heads(a, b):
+        return (tf.tanh(a), tf.sin(b)), lambda da, db: (da * (1 - tf.tanh(a) ** 2), db * tf.cos(b))
+
+    class Heads(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="a"),
+                                      tf.TensorSpec([None], tf.float32, name="b")])
+        def __call__(self, a, b):
+            y1, y2 = heads(a, b)
+            return {"y1": y1, "y2": y2}
+
+    path = str(tmp_path / "heads")
+    tf.saved_model.save(Heads(), path, options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+    loaded = tf.saved_model.load(path).signatures["serving_default"]
+    a, b = tf.constant([0.3]), tf.constant([0.7])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([a, b])
+        out = loaded(a=a, b=b)
+    assert tape.gradient(out["y1"], a) is not None and tape.gradient(out["y2"], b) is not None
+    [f] = [f for f in audit_saved_model(path, AuditOptions(static_only=True)).findings if f.rule == "custom-gradient"]
+    assert set(f.outputs) == {"y1", "y2"} and set(f.sources) == {"a", "b"}

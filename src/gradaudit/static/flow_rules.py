@@ -214,6 +214,14 @@ def _cut_message(analysis, ref, cut, dead: bool) -> str:
 def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
     """Python-function ops and saved custom gradients on a gradient path that no cut reported already."""
     findings = []
+    # A multi-result op is one node per result (jax2tf's IdentityN carries every output of its module): its finding
+    # lists the sources and outputs of all of them.
+    masks: dict = {}
+    for node in analysis.graph.ops.values():
+        if node.custom_gradient and node.custom_gradient_saved:
+            src, out = analysis.op_masks(node, grad=True)
+            was = masks.get(node.ref, (0, 0))
+            masks[node.ref] = (was[0] | src, was[1] | out)
     for node in analysis.graph.ops.values():
         ref = node.ref
         if ref.op_type in PYFUNC_OPS and ("py-function", ref) not in reported:
@@ -224,7 +232,7 @@ def _pyfunc_and_custom_gradient_findings(analysis, reported: set) -> list:
                 sources=analysis.source_names(src), outputs=analysis.output_names(out)))
             reported.add(("py-function", ref))
         elif node.custom_gradient and node.custom_gradient_saved and ("custom-gradient", ref) not in reported:
-            src, out = analysis.op_masks(node, grad=True)
+            src, out = masks[ref]
             if src and out and not tensorflow_own_custom_gradient(analysis.graph, node):
                 findings.append(CustomGradient.finding(
                     f"{ref.label}: custom gradient {node.custom_gradient} replaces the op's gradient "
