@@ -9,9 +9,9 @@ FAMILIES = (("GA1", "Gradient flow (static)"), ("GA2", "Numeric checks"), ("GA3"
 # what a family's severities do beyond each rule's default, said once above its rules
 INTROS = {"GA3": "A hazard (GA301 to GA306) is found from the graph alone, at its default severity (warning). The "
                  "stability probes then judge it: a hazard whose op they see make a gradient NaN or Inf becomes an "
-                 "**error** that says where (`confirmed_by`), beside the probe's own GA310 or GA311, which carries "
-                 "the scales, the source and the output; a hazard they reach without seeing it fail becomes "
-                 "**info** (`probed`); `--static-only` keeps the warning."}
+                 "**error** that says where (`confirmed_by`), and the probe's own GA310 or GA311 on that op, which "
+                 "carries the scales, the sources and the outputs, is **info**: one cause is one error; a hazard "
+                 "they reach without seeing it fail becomes **info** (`probed`); `--static-only` keeps the warning."}
 
 
 def _headings_down(doc: str) -> str:

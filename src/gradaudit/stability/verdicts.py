@@ -65,8 +65,7 @@ def _hazard_verdicts(reported: list[tuple[str, str, Observation]], inputs: list[
         key = HazardVerdict.key_of(f)
         if key in verdicts:
             continue
-        seen = [obs for _, _, obs in reported if obs.culprit and (
-            obs.culprit.op in h.involved or (len(obs.culprit.suspects) == 1 and obs.culprit.suspects[0] in h.involved))]
+        seen = [obs for _, _, obs in reported if _confirms(obs, h)]
         culprit = seen[0].culprit if seen else None
         scaled = [s for s in h.sources if s in inputs]
         if seen and culprit is not None:
@@ -83,6 +82,13 @@ def _hazard_verdicts(reported: list[tuple[str, str, Observation]], inputs: list[
     return list(verdicts.values())
 
 
+def _confirms(obs: Observation, h: Hazard) -> bool:
+    """Whether the op the forensics located for `obs` is the hazard lint `h`'s (or the one suspect inside the function
+    it ran is): the lint is then confirmed, an error with this observation as its evidence."""
+    c = obs.culprit
+    return c is not None and (c.op in h.involved or (len(c.suspects) == 1 and c.suspects[0] in h.involved))
+
+
 def _ladder_findings(groups, inputs: list[str], hazards: list[Hazard]) -> list[Finding]:
     """One finding per group of non-finite observations with one cause."""
     findings = []
@@ -97,10 +103,14 @@ def _ladder_findings(groups, inputs: list[str], hazards: list[Hazard]) -> list[F
             text, rule = _forward_text(observed, inputs, outputs), rules.NonfiniteForward
         text += _cause_text(observed[0], op, hazards) + _through_text(items)
         severity = None
+        if op is not None and any(_confirms(observed[0], h) for h in hazards):
+            # the lint on the op is the error (confirmed, with this evidence): one cause, one error
+            text += " That hazard is the error; this finding is its evidence."
+            severity = Severity.INFO
         # the true result is an ordinary number of the model's dtype while the gradient there is NaN/Inf too: the
         # written form overflows, not the value, and a training step on such an input breaks
         fitting = next((o for o in observed if o.fits and o.gradient), None) if kind != GRADIENT else None
-        if fitting is not None and not _linted(fitting, op, hazards):
+        if fitting is not None and severity is None and not _linted(fitting, op, hazards):
             text += (f" The true value there is finite and fits in the model's dtype ({fitting.fits} by the float64 "
                      f"copy at {fitting.where(inputs)}), and the gradient is {fitting.gradient} there: an intermediate "
                      "of this form overflows where the result does not, so training on such an input fails where "
