@@ -110,3 +110,41 @@ def test_a_probe_point_where_the_forward_itself_raises_names_the_forward_op(tmp_
     assert raised and all("its forward already" in f.message for f in raised), [f.message for f in raised]
     assert {f.op.op_type for f in raised if f.op} == {"MatrixSolve"}
     assert report.verdict() == "fail"
+
+
+def _gram_det_model(path: str) -> str:
+    """det(x xᵀ) + sum(x): singular wherever x has rank < 3 (the second model of the class)."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3, 3], tf.float32)])
+        def __call__(self, x):
+            return {"y": tf.linalg.det(tf.matmul(x, x, transpose_b=True)) + tf.reduce_sum(x, [-2, -1])}
+
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.__call__})
+    return path
+
+
+@pytest.mark.parametrize("build", [_det_model, _gram_det_model])
+def test_a_gradient_that_raises_at_the_inputs_given_is_not_the_float64_copys_failure(tmp_path, build):
+    """At singular inputs given with --inputs the gradient raises in float32 as in float64: the error is the
+    model's (GA204), and no note says the float64 copy is not available or does not run (tester 15)."""
+    import tensorflow as tf
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    path = build(str(tmp_path / "m"))
+    singular = np.array([[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 1.0, 1.0]]], np.float32)  # rank 2
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    x = tf.constant(singular)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not invertible"):  # the truth
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x=x)["y"]
+        tape.gradient(y, x)
+    np.savez(tmp_path / "inputs.npz", x=singular)
+    report = audit_saved_model(path, AuditOptions(inputs_file=str(tmp_path / "inputs.npz")))
+    assert report.verdict() == "fail" and [f.code for f in report.findings if f.severity.value == "error"] == ["GA204"]
+    copy = [n.text for n in report.notes if "float64 copy" in n.text]
+    assert not [t for t in copy if "not available" in t or "does not run" in t or "no float64 copy" in t], copy

@@ -211,7 +211,7 @@ def _checked_at(loads: ModelLoads, task: NumericTask, plan: Plan, point: dict[st
     session = _Session(plan, point, task.options, task.say)
     notes: list[str] = []
     why = "float64 evaluation disabled"
-    failed64 = None
+    failed64, dropped = None, None
     if task.options.upcast:
         blockers = ["the model has no TF2 object graph"] if info.function is None else float64_blockers(info)
         if not blockers:
@@ -219,15 +219,18 @@ def _checked_at(loads: ModelLoads, task: NumericTask, plan: Plan, point: dict[st
                 outcome = _load_and_check(loads, session, True)
                 return _with_precision(outcome, "float64 copy of the model", notes)
             except _Float64Failed as exc:
-                blockers, failed64 = [str(exc)], exc.error
+                blockers, failed64, dropped = [str(exc)], exc.error, exc.__cause__ or exc
         why = f"the model's own precision: {'; '.join(blockers)}"
         notes.append(f"Float64 evaluation is not possible ({'; '.join(blockers)}): checked in "
                      f"{plan.native} with tolerances from the measured noise.")
     outcome = _load_and_check(loads, session, False)
     if failed64 is not None and outcome.stopped == failed64:
-        # The model fails the same way as saved (a gradient that raises, an op that cannot load): that error
-        # is the model's, not the float64 copy's, and no check ran in either precision.
+        # The model fails the same way as saved (a gradient that raises at these inputs, an op that cannot load):
+        # that error is the model's, not the float64 copy's, which stays for the probes' other points; no check
+        # ran in either precision.
         return _with_precision(outcome, None, [])
+    if dropped is not None:
+        loads.fail(True, dropped)  # the copy's own failure: the probes go without it, and say why
     return _with_precision(outcome, why, notes)
 
 
@@ -354,15 +357,12 @@ def _load_and_check(loads: ModelLoads, session: _Session, use64: bool) -> Numeri
                        signature_variables(info, loaded.fn), info.op_types, info.custom_gradients,
                        tuple(getattr(loaded.fn, "variables", ())))
         return _check(model, session, use64, loads if use64 else None)
-    except _Float64Failed as exc:
-        loads.fail(True, exc.__cause__ or exc)  # TensorFlow's own error, for the probes' note
-        raise
     except Exception as exc:
-        if not use64 or not isinstance(exc, _float64_errors()):
+        if not use64 or not isinstance(exc, _float64_errors()) or isinstance(exc, _Float64Failed):
             raise
         # Whatever the message: a compiled module fixed to float32 (XlaCallModule), a kernel without
-        # a float64 version, a variable that cannot take a double. The model may still run as saved.
-        loads.fail(True, exc)
+        # a float64 version, a variable that cannot take a double. The model may still run as saved; whether
+        # the error is the copy's is decided once the model as saved has run (`run_numeric`).
         raise _Float64Failed(f"the float64 copy does not run: {describe(exc)}", describe(exc)) from exc
 
 
