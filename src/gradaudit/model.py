@@ -241,6 +241,9 @@ class NumericResult:
     kink_op: str | None = None
     # a row for every source at once (`source` EVERY_SOURCE), never the variables' combined check (ALL_VARIABLES)
     every_source: bool = False
+    # at the inputs given with --inputs, the difference quotients did not settle (the forward may jump: no
+    # derivative there): the point asked about is undecided, whatever the checks at other points say
+    unsettled: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = {"source": self.source, "output": self.outputs.label, "status": self.status,
@@ -256,6 +259,8 @@ class NumericResult:
             d["kink_op"] = self.kink_op
         if self.every_source:
             d["every_source"] = True
+        if self.unsettled:
+            d["unsettled"] = True
         return d
 
     def __post_init__(self) -> None:

@@ -231,12 +231,16 @@ def undecided_sources(report: Report) -> list[str]:
     connected = {e.source for e in report.flow if e.status == "connected"}
     decided: set[str] = set()
     checked: set[str] = set()
+    unsettled: set[str] = set()  # undecided at the inputs given, whatever other points decide
     for n in report.numeric:  # a row for every source at once (skipped, error) is not the variables' check
         names = every if n.every_source else variables if n.source == ALL_VARIABLES else {n.source}
         if n.status != "skipped":
             checked |= names
         if n.status in ("pass", "fail") or n.expected_by:
             decided |= names
+        if n.unsettled:
+            unsettled |= names
+    decided -= unsettled
     for f in report.findings:  # a straight-through estimator found: the check did decide what the gradient is
         if f.rule == "surrogate-gradient":
             decided |= variables if ALL_VARIABLES in f.sources else set(f.sources)

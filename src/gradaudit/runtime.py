@@ -205,26 +205,36 @@ def _located(static: StaticResult, options: AuditOptions, loads, part: NumericPa
 
 def _may_locate(static: StaticResult, loads) -> bool:
     info = loads.info
-    return (bool(info.custom_gradients) and "XlaCallModule" not in info.op_types
-            and not any(f.partial_by for f in static.flow))
+    return "XlaCallModule" not in info.op_types and not any(f.partial_by for f in static.flow)
 
 
 def _folded(part: NumericPart, mismatches: list, outcome, analysis) -> NumericPart:
-    """`part` with the mismatches the failing custom gradients of `outcome` cover replaced by their findings."""
+    """`part` with the mismatches the failing gradients of `outcome` cover replaced by their findings: its custom
+    gradients checked with the cotangent the model's backward hands them, or, in a model that holds none, the ops
+    whose registered gradient (TensorFlow's own) is not their derivative at the values the model gave them (an
+    Xlogy at x = 0), the only gradients the model's can be composed of."""
     from .stability import local as stage
 
-    found = [f for f in stage.findings(outcome, analysis) if f.op in outcome.decisive and f.sources]
+    custom = any(c.kind == "custom_gradient" for c in outcome.checks)
+    found = [f for f in stage.findings(outcome, analysis)
+             if f.sources and (f.op in outcome.decisive or not custom)]
     covered = {s for f in found for s in f.sources}
     folded = [f for f in mismatches if f.sources and set(f.sources) <= covered]
     if not folded:
         return part
-    ops = ", ".join(f.op.label for f in found if f.op is not None)
-    note = Note("numeric", f"The gradient mismatches of {', '.join(s for f in folded for s in f.sources)} are one "
-                           f"cause: the custom gradient{'s' if len(found) > 1 else ''} of {ops}, which failed "
-                           f"{'their' if len(found) > 1 else 'its'} own check at the values the model's forward gave "
-                           "it (the numeric rows are the whole-model checks').")
     return replace(part, findings=tuple(found) + tuple(f for f in part.findings if f not in folded),
-                   notes=part.notes + (note,), local=part.local + tuple(outcome.checks))
+                   notes=part.notes + (_folded_note(folded, found, custom),), local=part.local + tuple(outcome.checks))
+
+
+def _folded_note(folded: list, found: list, custom: bool) -> Note:
+    """The note on mismatches folded into the findings of the gradients that failed their own checks."""
+    ops = ", ".join(f.op.label for f in found if f.op is not None)
+    what = "custom gradient" if custom else "registered gradient"
+    several = len(found) > 1
+    return Note("numeric", f"The gradient mismatches of {', '.join(s for f in folded for s in f.sources)} are one "
+                           f"cause: the {what}{'s' if several else ''} of {ops}, which failed "
+                           f"{'their' if several else 'its'} own check at the values the model's forward gave "
+                           "it (the numeric rows are the whole-model checks').")
 
 
 def _whole_model_passed(part: NumericPart) -> bool:

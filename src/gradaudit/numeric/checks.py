@@ -46,7 +46,7 @@ class Settings:
     upcast: bool
     eps: float
     ladder: Ladder
-    floor: float  # discrepancies below floor * scale are never significant
+    floor: float | sweep.Floor  # discrepancies below floor * scale (sweep.allowance) are never significant
     resolution: float  # a check passes only if its error bound is below resolution * scale
     op_types: frozenset[str]
     custom_gradients: list[OpRef] = field(default_factory=list)  # the usual suspects of a mismatch
@@ -465,14 +465,16 @@ class Checker:
             reason = (f"passed at a nearby point; along {len(attempts) - 1} earlier line(s) the "
                       f"difference quotients did not settle, without a discrepancy beyond their error bound")
         status: CheckStatus = "pass"
-        if judged is None and len(attempts) > 1 and self.s.given and not self.s.strict:  # not a probe point
-            # the inputs given are the point asked about (a degenerate matrix, a tie): a nearby point that passes
-            # says nothing of a gradient there, where the differences did not settle (a jump, no derivative)
+        unsettled = judged is None and len(attempts) > 1 and self.s.given and not self.s.strict  # not a probe point
+        if unsettled:
+            # the inputs given are the point asked about (a degenerate matrix, a tie, a square root at 0): a nearby
+            # point that passes says nothing of a gradient there, where the differences did not settle (a jump, no
+            # derivative)
             status = "inconclusive"
             reason = (f"at the inputs given the difference quotients did not settle along {len(attempts) - 1} "
                       "line(s) (the forward may jump there: no derivative); a nearby point passes, which does not "
                       "decide the inputs given")
-        if attempts[-1].est.scale == 0.0:  # nothing was compared: say so rather than pass
+        elif attempts[-1].est.scale == 0.0:  # nothing was compared: say so rather than pass
             status = "inconclusive"
             reason = ("gradient and finite differences are both zero at the checked point"
                       + (" (the inputs given may mask everything out)" if self.s.given else
@@ -482,7 +484,7 @@ class Checker:
                     f"{group.source}: the static pass found a gradient path to {self._outputs_text(group)}; "
                     f"TensorFlow returns no gradient and the outputs do not move with it at the checked point.")
         self.results.append(replace(result(status, reason), evidence=judged.evidence if judged else None,
-                                    kink_op=kink_op))
+                                    kink_op=kink_op, unsettled=unsettled))
 
     def _report_surrogate(self, group: Group, attempts: list[Attempt], result) -> None:
         """A surrogate gradient: the forward is flat along the line while the gradient is not."""
@@ -500,8 +502,12 @@ class Checker:
                            result) -> None:
         """Neither a pass nor a confirmed failure: inconclusive, and a surrogate where a jumpy forward meets the
         ops of one."""
+        # at the inputs given (the point asked about), differences that are rough along every line leave that
+        # point undecided, whatever other points decide: there may be no derivative there (a square root at 0)
+        rough_everywhere = all(a.est.kinky or a.est.jumpy for a in attempts)
         self.results.append(replace(result("inconclusive", self._unresolved_reason(attempts, judged)),
-                                    evidence=judged.evidence if judged else None, kink_op=_kink_label(judged)))
+                                    evidence=judged.evidence if judged else None, kink_op=_kink_label(judged),
+                                    unsettled=rough_everywhere and bool(self.s.given) and not self.s.strict))
         # Quantised forwards jump at every step size (many elements cross quantisation levels): with
         # a quantiser or a straight-through stop_gradient in the model, that is its surrogate.
         jumps = any(a.est.jumpy for a in attempts)

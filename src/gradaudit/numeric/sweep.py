@@ -49,6 +49,24 @@ def ladder_for(eps: float, upcast: bool) -> Ladder:
     return Ladder(steps=tuple(top / 2 ** k for k in range(7)), min_steps=7)
 
 
+@dataclass(frozen=True)
+class Floor:
+    """The discrepancy never significant: `terms` times the magnitude of the directional derivative's terms (rounding
+    accumulates over them), plus `value` times the derivative itself (the precision the model's own dtype gives the
+    result: the float64 copy of a float32 model keeps its float32 constants and approximations). A plain float is
+    `terms` alone."""
+
+    terms: float
+    value: float = 0.0
+
+
+def allowance(floor: float | Floor, est: Estimate) -> float:
+    """The absolute discrepancy `floor` allows `est`."""
+    if isinstance(floor, Floor):
+        return floor.terms * est.scale + floor.value * abs(est.numeric)
+    return floor * est.scale
+
+
 @dataclass
 class Estimate:
     """What a sweep says about the discrepancy psi'(0) = numeric - autodiff directional derivative."""
@@ -75,12 +93,12 @@ class Estimate:
     def rel_bound(self) -> float:
         return self.bound / self.scale if self.scale > 0 else math.inf
 
-    def rel_threshold(self, floor: float) -> float:
+    def rel_threshold(self, floor: float | Floor) -> float:
         """The relative error (`rel_error`, on its scale) above which the discrepancy is more than rounding,
         truncation and the floor explain: finite whenever the gradient or the differences are not zero (a
         gradient that is exactly zero where the forward moves has a bound, though `rel_bound` is infinite)."""
         denominator = max(self.scale, abs(self.numeric))
-        return (self.bound + floor * self.scale) / denominator if denominator > 0 else math.inf
+        return (self.bound + allowance(floor, self)) / denominator if denominator > 0 else math.inf
 
     @property
     def numeric(self) -> float:
@@ -252,12 +270,12 @@ def slope_changes(line: Line, steps: tuple[float, ...]) -> bool | None:
     return measured > ROUGH * line.sigma_floor or not all(_smooth_pairs(evaluated, even, sigma))
 
 
-def large(est: Estimate, floor: float) -> bool:
+def large(est: Estimate, floor: float | Floor) -> bool:
     """The discrepancy is larger than rounding, truncation and the floor can explain."""
-    return abs(est.delta) > est.bound + floor * est.scale
+    return abs(est.delta) > est.bound + allowance(floor, est)
 
 
-def classify(est: Estimate, floor: float, resolution: float) -> str:
+def classify(est: Estimate, floor: float | Floor, resolution: float) -> str:
     """pass | fail | surrogate | unresolved for one sweep (a fail still needs confirming elsewhere)."""
     if est.nonfinite:
         return "unresolved"
@@ -265,14 +283,16 @@ def classify(est: Estimate, floor: float, resolution: float) -> str:
         if est.kinky or est.jumpy:
             return "unresolved"  # kinks at every step size can fake a steady discrepancy
         return "surrogate" if est.flat else "fail"
-    if est.scale == 0.0 and est.bound < math.inf:
-        return "pass"  # autodiff says zero along the line, and the forward does not move either
+    if est.scale == 0.0 and est.bound < math.inf and not est.kinky and not est.jumpy:
+        # autodiff says zero along the line, and the forward does not move either; differences that are rough
+        # there (a square root at 0: they grow as the step shrinks) settle nothing, and a zero gradient is no pass
+        return "pass"
     if est.rel_bound <= resolution and not est.jumpy:
         return "pass"
     return "unresolved"
 
 
-def run(line: Line, ladder: Ladder, floor: float, resolution: float) -> Estimate:
+def run(line: Line, ladder: Ladder, floor: float | Floor, resolution: float) -> Estimate:
     """Evaluate the ladder, stopping once the estimate is decided."""
     est = None
     for i, h in enumerate(ladder.steps):

@@ -178,11 +178,12 @@ UnstableGradient = define(
     doc="""The forward value is finite but the gradient has NaN or Inf at some input scale.
 
     ## What it does
-    Runs the model at the synthesised inputs scaled by 0, 1e-30, ... 1e4 (both signs; all
-    float inputs together and each alone) and computes the gradient of every output with a
-    non-persistent tape. When the forward is finite and a gradient is NaN or Inf while its
-    true value is representable, it reports the scales, the source and output, and the op
-    whose backward produced the first non-finite value, with the forward values it received.
+    Runs the model at the synthesised inputs, each normalised to a largest magnitude of 1, scaled
+    by 0, 1e-30, ... 1e4 (both signs; all float inputs together and each alone) and computes the
+    gradient of every output with a non-persistent tape. When the forward is finite and a
+    gradient is NaN or Inf while its true value is representable, it reports the scales, the
+    source and output, and the op whose backward produced the first non-finite value, with the
+    forward values it received.
 
     ## Why is this bad?
     This is "loss became NaN" after days of training: one batch reaches the bad region,

@@ -1267,8 +1267,15 @@ def findings(outcome: LocalOutcome, analysis, confirmed: bool = True) -> list[Fi
             f"bound of {c.bound:.3g} ({c.evidence})" + ("" if not masked else
             "; the model's gradient at this point agrees with its finite differences (the whole-model checks), so "
             "the op's error does not reach it here, but it would wherever its result is not masked downstream"),
-            op=c.op, sources=sources, outputs=outputs, severity=Severity.WARNING if masked else None))
+            op=c.op, sources=sources, outputs=outputs, severity=Severity.WARNING if masked else None,
+            fix=None if c.kind == "custom_gradient" else _BUILTIN_FIX))
     return found
+
+
+# what to do about TensorFlow's own gradient of an op that is not the op's derivative at the values it receives
+_BUILTIN_FIX = ("TensorFlow's registered gradient of this op is not its derivative at these values (a convention at "
+                "a boundary, such as Xlogy's 0 at x = 0, or a kernel's error): keep the op's inputs away from those "
+                "values, or wrap the op in tf.custom_gradient with the derivative the model needs.")
 
 
 def _failed_verdict(outcome: LocalOutcome, analysis):

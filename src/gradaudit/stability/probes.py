@@ -8,7 +8,8 @@ infinite gradient whose float64 value is beyond the dtype's range is a true over
 
 At a few of the points (`CHECKED`), where the forward and the gradient are finite, the gradient is also
 checked against finite differences, as the numeric checks do at the synthesised point: a custom gradient
-wrong only for large inputs (x > 2) fails there. The probe's own gradient pass is the check's.
+wrong only for large inputs (x > 2) fails there, and, in a model holding a gradient somebody wrote, one wrong only
+for small inputs fails at x 1e-3 (`CHECKED_WRITTEN`). The probe's own gradient pass is the check's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ DEFAULT_SCALES = (0.0, 1e-30, 1e-20, 1e-10, 1e-3, 1.0, 1e1, 1e2, 3e2, 6e2, 1e4)
 # moderate range between the synthesised point's |x| <~ 2 and x 100 (a custom gradient wrong only for 2 < x < 5
 # passed every other point), x 100 and x -600 the large one.
 CHECKED = ((1e1, -1), (1e2, 1), (6e2, -1))
+# ... and, where the model holds a gradient somebody wrote (a saved custom gradient, a gradient override, a jax2tf
+# module's) and its probe points are checked whole (not op by op: a model below LARGE_MODEL parameters), also at
+# small inputs: a hand-written gradient clamped or approximated below some threshold (a safe log's derivative
+# floored at 1e-2) is wrong only there, and a float64 check there is as precise as anywhere.
+CHECKED_WRITTEN = ((1e-3, 1),)
 # Where the batch dimension lets the points be stacked (examples the model treats apart), the moderate point x -10 is
 # checked as these points together along the batch, signs alternating: the whole moderate range at once, where one
 # scaled copy of eight synthesised values can miss a window of a few units.
@@ -733,7 +739,7 @@ class Prober:
         from ..numeric.checks import Checker, Group
 
         f64 = dtype == "float64" and self.plan.native != "float64"
-        checker = Checker(runner, self.settings(runner, dtype, f64),
+        checker = Checker(runner, self.settings(runner, dtype, f64, (probe.scale, probe.sign) in CHECKED_WRITTEN),
                           np.random.default_rng([self.seed, 5, abs(int(probe.scale * 1e3)), probe.sign + 1]))
         checker.base_outputs = at[0]
         at_outputs = self._cotangents(runner, at)
@@ -763,16 +769,18 @@ class Prober:
                                                           f"{f.message}"))
         return checked
 
-    def settings(self, runner, dtype: str, f64: bool):
+    def settings(self, runner, dtype: str, f64: bool, small: bool = False):
         """The numeric checks' Settings at a probe point, in `dtype` (`f64`: on the float64 copy of a model that
-        is not float64): strict, as a probe point's extremes ask."""
+        is not float64; `small`: a CHECKED_WRITTEN point, session.COPY_AGREEMENT): strict, as a probe point's
+        extremes ask."""
         from ..numeric.checks import Settings
-        from ..numeric.session import EPS, RESOLUTION, floor_for
+        from ..numeric.session import EPS, RESOLUTION, check_floor
         from ..numeric.sweep import ladder_for
 
         eps = EPS[dtype]
         return Settings(dtype=dtype, upcast=f64, eps=eps, ladder=ladder_for(eps, f64),
-                        floor=floor_for(dtype), resolution=RESOLUTION, op_types=self.info.op_types,
+                        floor=check_floor(dtype, small and f64 and self.plan.native == "float32"),
+                        resolution=RESOLUTION, op_types=self.info.op_types,
                         custom_gradients=self.info.custom_gradients, domains=self.plan.domains,
                         given=self.given, strict=True, stopped=self.plan.stopped,
                         uncut=self._uncut(runner) if f64 and self.plan.stopped else None)
@@ -917,8 +925,7 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
         # it, and the model as saved may overflow there while the float64 checks at that point pass.
         reported += [(s, o, obs) for (s, o), obs in prober.observe(tuple(inputs), GIVEN, 1).items() if obs.reported]
     results = _ladder_results(prober, _rows_of(prober, worst), inputs)
-    notes = [f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
-             "range of the inputs' dtype."] if skipped else []
+    notes = _ladder_notes(prober, inputs, skipped)
     probed = sorted({abs(float(s)) for s in scales} - skipped - {0.0})
     own = prober.own_precision()
     if own is not None:
@@ -932,11 +939,29 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
                          own.undecided if own else [])
 
 
+def _ladder_notes(prober: Prober, inputs: list[str], skipped: set[float]) -> list[str]:
+    """What the ladder's rows do not say: inputs replaced by ones (all zeros: no scale moves them), scales skipped."""
+    zeros = [n for n in inputs if not np.any(np.asarray(prober.base[n]))]
+    notes = [f"Stability probes: {', '.join(zeros)} {'is' if len(zeros) == 1 else 'are'} all zeros at the base "
+             "point, which no scale moves: the probes scale a tensor of ones in its place (inputs × s is ones × s "
+             "there)."] if zeros else []
+    return notes + ([f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
+                     "range of the inputs' dtype."] if skipped else [])
+
+
+def _checked_points(prober: Prober) -> tuple[tuple[float, int], ...]:
+    """The (scale, sign) of the probe points where the gradient is checked: CHECKED, and CHECKED_WRITTEN in a model
+    with a written gradient, not where the probe points are decided op by op (a large model: a float32 custom
+    gradient's own check at small values sees mostly rounding, and escalating it would load the float64 copy)."""
+    return CHECKED + (CHECKED_WRITTEN if prober.info.custom_gradients and not prober.local else ())
+
+
 def _climb(prober: Prober, inputs: list[str], scales):
     """Observe every (config, scale, sign) of the ladder: all `inputs` together and, when there are several,
     each alone; the gradient is checked at the CHECKED points of the first config where all is finite.
     Returns the worst observation per (source, output, scale), the reported ones, and the scales skipped."""
     configs = ([tuple(inputs)] if inputs else []) + ([(n,) for n in inputs] if len(inputs) > 1 else [])
+    checked = _checked_points(prober)
     worst: dict[tuple[str, str, float], Observation] = {}
     reported: list[tuple[str, str, Observation]] = []
     skipped: set[float] = set()
@@ -951,7 +976,7 @@ def _climb(prober: Prober, inputs: list[str], scales):
                     worst[key] = obs
                 if obs.reported:
                     reported.append((s, o, obs))
-            if (scale, sign) in CHECKED and config == configs[0] and seen and all(
+            if (scale, sign) in checked and config == configs[0] and seen and all(
                     obs.kind == OK for obs in seen.values()):
                 _check_point(prober, config, scale, sign)
     return worst, reported, skipped
