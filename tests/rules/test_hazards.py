@@ -203,3 +203,39 @@ def test_a_division_by_the_square_of_a_value_away_from_zero_is_not_a_lint(tmp_pa
     r = audit_saved_model(save_module(M(), str(tmp_path / "m")), AuditOptions(static_only=True))
     found = [f for f in r.findings if f.rule == "squared-denominator"]
     assert [f.outputs for f in found] == [("raw",)], [f.message for f in found]
+
+
+def test_the_root_of_a_mean_of_squares_gets_a_standard_deviations_fix(tmp_path):
+    """tf.math.reduce_std and the square root of tf.nn.moments' variance are the root of a mean: their GA304 fix keeps
+    the mean (reduce_variance + eps), where a norm's keeps the sum (tester 17: reduce_std was told to compute a
+    norm). Truth: at a constant row both have a NaN gradient on the loaded model, and the fix's form is finite."""
+    import numpy as np
+    import tensorflow as tf
+    from helpers import save_module
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    class Spread(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def __call__(self, x):
+            _, var = tf.nn.moments(x, axes=[-1])
+            return {"std": tf.math.reduce_std(x, axis=-1), "moments_std": tf.sqrt(var),
+                    "norm": tf.norm(x, axis=-1)}
+
+    path = save_module(Spread(), str(tmp_path / "spread"))
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    x = tf.constant([[2.0, 2.0, 2.0, 2.0]])
+    for name in ("std", "moments_std"):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x=x)[name]
+        assert not np.any(np.isfinite(tape.gradient(y, x).numpy()))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        fixed = tf.sqrt(tf.math.reduce_variance(x, axis=-1) + 1e-12)
+    assert np.all(np.isfinite(tape.gradient(fixed, x).numpy()))
+    found = {f.outputs: f for f in audit_saved_model(path, AuditOptions(static_only=True)).findings
+             if f.rule == "sqrt-at-zero"}
+    assert set(found) == {("std",), ("moments_std",), ("norm",)}, [f.message for f in found.values()]
+    assert "reduce_variance" in found[("std",)].fix and "reduce_variance" in found[("moments_std",)].fix
+    assert "reduce_sum(x * x" in found[("norm",)].fix

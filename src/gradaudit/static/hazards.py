@@ -28,9 +28,10 @@ class Hazard:
     message: str
     sources: tuple[str, ...]
     outputs: tuple[str, ...]
+    fix: str | None = None  # the rule's own fix where None; one for this form of the pattern otherwise
 
     def finding(self) -> Finding:
-        return self.rule.finding(self.message, op=self.op, sources=self.sources, outputs=self.outputs)
+        return self.rule.finding(self.message, op=self.op, sources=self.sources, outputs=self.outputs, fix=self.fix)
 
 
 def check(analysis) -> list[Finding]:
@@ -67,9 +68,10 @@ def find_hazards(analysis) -> list[Hazard]:
 
     hazards = []
     for node in g.ops.values():
-        for rule_, op, involved, message in _match(main, node):
+        for rule_, op, involved, message, *fix in _match(main, node):
             srcs, outs = pair(node)
-            hazards.append(Hazard(rule_, op, frozenset(involved), message, tuple(srcs), tuple(outs)))
+            hazards.append(Hazard(rule_, op, frozenset(involved), message, tuple(srcs), tuple(outs),
+                                  next(iter(fix), None)))
 
     # Saved custom-gradient functions: only squared-denominator applies (their values are gradients).
     users: dict[str, list] = {}
@@ -352,8 +354,15 @@ def _sqrt_at_zero(v: _View, node) -> list:
         return []
     arg = v.producer(node.inputs[0][0])
     name = "sqrt" if node.ref.op_type == "Sqrt" else "a fractional power"
-    return [(SqrtAtZero, node.ref, {node.ref}, f"{node.ref.label} takes {name} of {what} ({arg.ref.label}) "
-             "with no epsilon: where it is 0 the value is finite but the gradient is inf or NaN")]
+    found = (SqrtAtZero, node.ref, {node.ref}, f"{node.ref.label} takes {name} of {what} ({arg.ref.label}) "
+             "with no epsilon: where it is 0 the value is finite but the gradient is inf or NaN")
+    # the root of a mean of squares is a standard deviation or an RMS (tf.math.reduce_std, tf.nn.moments): its fix
+    # keeps the mean, not a norm's sum
+    return [(*found, _STD_FIX) if arg.ref.op_type == "Mean" else found]
+
+
+_STD_FIX = ("std = tf.sqrt(tf.math.reduce_variance(x, axis=-1) + 1e-12)   # instead of tf.math.reduce_std(x, -1); "
+            "an RMS likewise: tf.sqrt(tf.reduce_mean(x * x, -1) + 1e-12)")
 
 
 def _where_nan(v: _View, select) -> list:
