@@ -137,7 +137,8 @@ def _batch_point(loaded, plan, base: dict, options: StabilityOptions, outcome: S
     wider = synthesise(plan.specs, replace(n, batch_size=options.batch_size), plan.domains)
     if all(np.shape(wider[k]) == np.shape(v) for k, v in base.items() if k in wider):
         return base  # the signature fixes its inputs' shapes: there is no batch size to choose
-    found = _mixes_examples(loaded.fn, wider, plan.float_outputs)
+    batched = frozenset(k for k, v in base.items() if k in wider and np.shape(wider[k]) != np.shape(v))
+    found = _mixes_examples(loaded.fn, wider, plan.float_outputs, batched)
     if found is None:
         return base
     why, mixes = found
@@ -274,11 +275,12 @@ def _suspects_on_path(analysis):
     return suspects
 
 
-def _mixes_examples(fn, point: dict, outputs: list[str]) -> tuple[str, bool] | None:
+def _mixes_examples(fn, point: dict, outputs: list[str], batched: frozenset[str]) -> tuple[str, bool] | None:
     """(why the probes keep the batch, whether that is because the model's outputs for one example depend on the
     other examples of its batch: batch statistics, a loss over the batch), or None when each example's outputs are
     those it has alone, or when two calls at the batch differ (random draws, weights the call writes), which leaves
-    nothing to compare: the forward at `point` against each of its examples run by itself."""
+    nothing to compare: the forward at `point` against each of its examples run by itself (the `batched` inputs
+    cut row by row, the others, a fixed-shape seed, as they are)."""
     import numpy as np
 
     from ..numeric.runner import ModelError
@@ -288,8 +290,8 @@ def _mixes_examples(fn, point: dict, outputs: list[str]) -> tuple[str, bool] | N
 
     try:
         together = run(point)
-        rows = next(iter(point.values())).shape[0]
-        alone = [run({k: a[i:i + 1] for k, a in point.items()}) for i in range(rows)]
+        rows = point[min(batched)].shape[0] if batched else 0
+        alone = [run({k: a[i:i + 1] if k in batched else a for k, a in point.items()}) for i in range(rows)]
     except (ModelError, ValueError, TypeError) as exc:
         return f"its examples could not be run one by one ({type(exc).__name__})", False
     except Exception as exc:  # noqa: BLE001 - TensorFlow's refusal of a batch of one is an answer too
