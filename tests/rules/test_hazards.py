@@ -239,3 +239,36 @@ def test_the_root_of_a_mean_of_squares_gets_a_standard_deviations_fix(tmp_path):
     assert set(found) == {("std",), ("moments_std",), ("norm",)}, [f.message for f in found.values()]
     assert "reduce_variance" in found[("std",)].fix and "reduce_variance" in found[("moments_std",)].fix
     assert "reduce_sum(x * x" in found[("norm",)].fix
+
+
+def test_a_where_that_guards_a_shifted_argument_is_a_where_nan(tmp_path):
+    """where(x > 1, log(x - 1), 0) is the where-nan pattern with the guarded value shifted: at x = 1 the forward is
+    finite and the gradient NaN (tester 17: only the probe caught it, no GA305). The double-where twin is safe and
+    not linted. Truth: the loaded models' tapes at x = 1."""
+    import numpy as np
+    import tensorflow as tf
+    from helpers import save_module
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    class Shifted(tf.Module):
+        def __init__(self, form):
+            self.form = form
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": self.form(x)}
+
+    forms = {"naive": (lambda x: tf.where(x > 1.0, tf.math.log(x - 1.0), 0.0), False),
+             "safe": (lambda x: tf.where(x > 1.0, tf.math.log(tf.where(x > 1.0, x - 1.0, 1.0)), 0.0), True)}
+    x = tf.constant([[1.0, 2.0, 0.5]])
+    for name, (form, finite) in forms.items():
+        path = save_module(Shifted(form), str(tmp_path / name))
+        fn = tf.saved_model.load(path).signatures["serving_default"]
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(fn(x=x)["y"])
+        assert np.all(np.isfinite(y.numpy()))
+        assert bool(np.all(np.isfinite(tape.gradient(y, x).numpy()))) == finite
+        found = [f for f in audit_saved_model(path, AuditOptions(static_only=True)).findings if f.rule == "where-nan"]
+        assert bool(found) == (not finite), (name, [f.message for f in found])

@@ -383,7 +383,7 @@ def _where_nan(v: _View, select) -> list:
             if k is not None and k < len(node.inputs):
                 bad = node.inputs[k][0]
                 exempt = op == "Pow" and (v.const(node.inputs[1][0]) or 0) >= 1
-                if not exempt and v.varies(bad) and v.depends_on(cond, bad):
+                if not exempt and v.varies(bad) and (v.depends_on(cond, bad) or v.depends_on(cond, _shifted(v, bad))):
                     side = "true" if branch == 1 else "false"
                     out.append((WhereNan, select.ref, {select.ref, node.ref},
                                 f"{select.ref.label} computes {node.ref.label} in its {side} branch, and "
@@ -394,6 +394,23 @@ def _where_nan(v: _View, select) -> list:
             if op in _CARRY:
                 stack.extend((i, depth + 1) for i, _ in node.inputs)
     return out
+
+
+_SHIFTS = {"Sub", "Add", "AddV2", "Mul", "RealDiv", "Neg", "BiasAdd"}
+
+
+def _shifted(v: _View, t: int) -> int:
+    """The tensor `t` is an affine function of (x - 1, 2 * x, -x: one varying operand and constants), at most three
+    steps up: a condition that tests x guards log(x - 1) as it guards log(x)."""
+    for _ in range(3):
+        node = v.producer(t)
+        if node is None or node.ref.op_type not in _SHIFTS:
+            return t
+        varying = [i for i, _ in node.inputs if v.const(i) is None]
+        if len(varying) != 1:
+            return t
+        t = varying[0]
+    return t
 
 
 def _squared_denominator(v: _View, node) -> list:
