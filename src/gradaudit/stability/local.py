@@ -267,7 +267,7 @@ class LocalChecker:
         self._pool_signs = np.empty(0)
         self.float32_checked = 0  # ops the last float32_gaps compared
         # the float32 comparison's check graphs (float64, float32) by ops, shapes and constant inputs
-        self._float32_graphs: dict[tuple, tuple[_GradientGraph | None, _GradientGraph | None, Any]] = {}
+        self._float32_graphs: dict[tuple, tuple[_GradientGraph | None, _GradientGraph | None]] = {}
 
     # -- which ops ------------------------------------------------------------------------------
     def _ops(self, outcome: LocalOutcome) -> tuple[list[Any], list[Any]]:
@@ -563,11 +563,10 @@ class LocalChecker:
 
     def _float32_chunk(self, ops: list[Any], values: dict[str, np.ndarray]) -> list[OpGap]:
         pairs = self._float32_pairs(ops, values)
-        g64, g32, rounding = self._float32_graphs_of(pairs, values)
+        g64, g32 = self._float32_graphs_of(pairs, values)
         if g64 is None or g32 is None:
             return []
-        run64, run32 = _gradient_run(g64, [a for a, _ in pairs]), _gradient_run(g32, [b for _, b in pairs])
-        off = _rounding_run(rounding, [a for a, _ in pairs])
+        (run64, off), (run32, _) = _gradient_run(g64, [a for a, _ in pairs]), _gradient_run(g32, [b for _, b in pairs])
         gaps = []
         for k, (a, _) in enumerate(pairs):
             if k not in run64 or k not in run32:
@@ -580,16 +579,16 @@ class LocalChecker:
         return gaps
 
     def _float32_graphs_of(self, pairs: list[tuple[_Item, _Item]], values: dict[str, np.ndarray]) -> tuple:
-        """The float64 and float32 gradient graphs of the pairs and their rounding graph (_rounding_graph): the same
-        ops at the same shapes at the next point use the ones built for the first."""
+        """The float64 gradient graph of the pairs (with their OpGap.rounding) and the float32 one: the same ops at
+        the same shapes at the next point use the ones built for the first."""
         key = tuple((a.op.name, tuple(x.shape for x in a.x),
                      tuple(_digest(values[t.name]) for i, t in enumerate(a.op.inputs) if i not in a.moved))
                     for a, _ in pairs)
         if key not in self._float32_graphs:
-            g64 = _gradient_graph([a for a, _ in pairs], values, "float64", self._signs)
+            g64 = _gradient_graph([a for a, _ in pairs], values, "float64", self._signs, rounding=True)
             held = {k: list(a.held.values()) for k, (a, _) in enumerate(pairs)}
             g32 = _gradient_graph([b for _, b in pairs], values, "float32", self._signs, held)
-            self._float32_graphs[key] = (g64, g32, _rounding_graph([a for a, _ in pairs], values, held))
+            self._float32_graphs[key] = (g64, g32)
         return self._float32_graphs[key]
 
     def _upcast(self, op) -> bool:
@@ -1016,23 +1015,27 @@ def _gradients(items: list[_Item], feeds: list[list[Any]], phis: list[Any]) -> t
 @dataclass
 class _GradientGraph:
     """The items of one chunk copied in one dtype into a graph, with its session: what each kept item is fed (its
-    moved inputs' placeholders and its fixed cotangent's) and fetched (its gradient and ||op output||)."""
+    moved inputs' placeholders and its fixed cotangent's) and fetched (its gradient and ||op output||), and, where
+    asked and TensorFlow can differentiate the gradients, its direction's placeholders and OpGap.rounding."""
 
     session: Any
     kept: list[int]
     feeds: list[list[Any]]
     held: list[dict]
     fetches: list[Any]
+    dirs: list[list[Any]] | None = None
+    rounding: list[Any] | None = None
 
 
 def _gradient_graph(items: list[_Item], values: dict[str, np.ndarray], dtype: str, signs,
-                    held: dict[int, list[np.ndarray]] | None = None) -> _GradientGraph | None:
+                    held: dict[int, list[np.ndarray]] | None = None, rounding: bool = False) -> _GradientGraph | None:
     """The items copied in `dtype` into one graph; `held` gives an item's cotangent values (another graph's, the same
-    u), else `signs` draws them. None when no item can be copied."""
+    u), else `signs` draws them; `rounding`: with each item's OpGap.rounding (`_rounding_fetches`). None when no item
+    can be copied."""
     import tensorflow as tf
 
     graph = tf.Graph()
-    kept, feeds, phis, outs, helds = [], [], [], [], []
+    kept, feeds, phis, outs, helds, ys = [], [], [], [], [], []
     with graph.as_default():
         for k, it in enumerate(items):
             copied = _copy_op(it.op, k, values, it, dtype, signs if held is None else _no_signs)
@@ -1047,86 +1050,63 @@ def _gradient_graph(items: list[_Item], values: dict[str, np.ndarray], dtype: st
             phis.append(copied[1])
             helds.append(it.held)
             copy = graph.get_operation_by_name(f"local{k}")
-            outs.append(tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(copy.outputs[i], tf.float64)))
-                                          for i in it.outputs])))
+            ys.append([copy.outputs[i] for i in it.outputs])
+            outs.append(tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(y, tf.float64))) for y in ys[-1]])))
         if not kept:
             return None
         grads, _ = _gradients([items[k] for k in kept], feeds, phis)
         fetches = [([tf.cast(g, tf.float64) for g in gs], norm) for gs, norm in zip(grads, outs)]
+        dirs, offs = _rounding_fetches(grads, feeds, ys) if rounding else (None, None)
     config = tf.compat.v1.ConfigProto()
     config.graph_options.rewrite_options.disable_meta_optimizer = True
-    return _GradientGraph(tf.compat.v1.Session(graph=graph, config=config), kept, feeds, helds, fetches)
+    return _GradientGraph(tf.compat.v1.Session(graph=graph, config=config), kept, feeds, helds, fetches, dirs, offs)
 
 
-def _rounding_graph(items: list[_Item], values: dict[str, np.ndarray], held: dict[int, list[np.ndarray]]
-                    ) -> _GradientGraph | None:
-    """The items copied in float64 with the same cotangents (`held`) as the float64 gradient graph, fetching per item
-    eps32 * sum |d<g, d>/dy| |y| over its projected outputs y (OpGap.rounding): the derivative is taken through
-    TensorFlow's registered gradient, which reads y where it computes the gradient from the op's output (a softmax's,
-    a tanh's); 0 where it does not. The directions d are fed. None when TensorFlow cannot differentiate the
-    gradients (an op without a second-order gradient): no allowance is made then."""
+def _rounding_fetches(grads: list[list[Any]], feeds: list[list[Any]], ys: list[list[Any]]
+                      ) -> tuple[list[list[Any]] | None, list[Any] | None]:
+    """Per item, placeholders for its directions d and eps32 * sum |d<g, d>/dy| |y| over its projected outputs y
+    (OpGap.rounding), in the graph being built: the derivative is taken through TensorFlow's registered gradient,
+    which reads y where it computes the gradient from the op's output (a softmax's, a tanh's); 0 where it does not.
+    (None, None) when TensorFlow cannot differentiate the gradients (an op without a second-order gradient): no
+    allowance is made then."""
     import tensorflow as tf
 
     eps = float(np.finfo(np.float32).eps)
-    graph = tf.Graph()
     try:
-        with graph.as_default():
-            kept, feeds, phis, outs, helds, dirs = [], [], [], [], [], []
-            for k, it in enumerate(items):
-                copied = _copy_op(it.op, k, values, it, "float64", _no_signs)
-                if copied is None or len(it.held) != len(held[k]):
-                    continue
-                helds.append(dict(zip(it.held, held[k])))
-                kept.append(k)
-                feeds.append(copied[0])
-                phis.append(copied[1])
-                copy = graph.get_operation_by_name(f"local{k}")
-                outs.append([copy.outputs[i] for i in it.outputs])
-                dirs.append([tf.compat.v1.placeholder(tf.float64, p.shape, name=f"local{k}_d{j}")
-                             for j, p in enumerate(copied[0])])
-            if not kept:
-                return None
-            grads, _ = _gradients([items[k] for k in kept], feeds, phis)
-            fetches = []
-            for gs, ds, ys in zip(grads, dirs, outs):
-                moved = tf.add_n([tf.reduce_sum(tf.cast(g, tf.float64) * d) for g, d in zip(gs, ds)])
-                by_y = tf.gradients(moved, ys)
-                fetches.append(tf.add_n([tf.constant(0.0, tf.float64)] + [
-                    eps * tf.reduce_sum(tf.abs(tf.cast(r, tf.float64) * tf.cast(y, tf.float64)))
-                    for r, y in zip(by_y, ys) if r is not None]))
+        dirs = [[tf.compat.v1.placeholder(tf.float64, p.shape) for p in ps] for ps in feeds]
+        fetches = []
+        for gs, ds, outs in zip(grads, dirs, ys):
+            moved = tf.add_n([tf.reduce_sum(tf.cast(g, tf.float64) * d) for g, d in zip(gs, ds)])
+            by_y = tf.gradients(moved, outs)
+            fetches.append(tf.add_n([tf.constant(0.0, tf.float64)] + [
+                eps * tf.reduce_sum(tf.abs(tf.cast(r, tf.float64) * tf.cast(y, tf.float64)))
+                for r, y in zip(by_y, outs) if r is not None]))
     except Exception:  # noqa: BLE001 - a gradient TensorFlow cannot differentiate again: no allowance
-        return None
-    config = tf.compat.v1.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    return _GradientGraph(tf.compat.v1.Session(graph=graph, config=config), kept, [f + d for f, d in zip(feeds, dirs)],
-                          helds, fetches)
+        return None, None
+    return dirs, fetches
 
 
-def _rounding_run(built: _GradientGraph | None, items: list[_Item]) -> dict[int, float]:
-    """item index -> OpGap.rounding at its values and direction, one run of the built graph (nothing without one,
-    or where TensorFlow cannot run it)."""
-    if built is None:
-        return {}
-    feed: dict[Any, np.ndarray] = {}
-    for k, ps, held in zip(built.kept, built.feeds, built.held):
-        it = items[k]
-        feed.update({p: np.asarray(v, np.float64) for p, v in zip(ps, [*it.x, *it.d])})
-        feed.update(held)
-    try:
-        got = built.session.run(built.fetches, feed)
-    except Exception:  # noqa: BLE001 - as in building it: no allowance
-        return {}
-    return {k: float(v) for k, v in zip(built.kept, got)}
-
-
-def _gradient_run(built: _GradientGraph, items: list[_Item]) -> dict[int, tuple[list[np.ndarray], float]]:
-    """item index -> (its gradient at its values, ||op output||), one run of the built graph."""
+def _gradient_run(built: _GradientGraph, items: list[_Item]
+                  ) -> tuple[dict[int, tuple[list[np.ndarray], float]], dict[int, float]]:
+    """(item index -> (its gradient at its values, ||op output||), item index -> OpGap.rounding where the graph
+    has it), one run of the built graph; the rounding is left out (and the gradients run alone) where TensorFlow
+    cannot run it."""
     feed: dict[Any, np.ndarray] = {}
     for k, ps, held in zip(built.kept, built.feeds, built.held):
         feed.update({p: x.astype(p.dtype.as_numpy_dtype) for p, x in zip(ps, items[k].x)})
         feed.update(held)
-    got = built.session.run(built.fetches, feed)
-    return {k: ([np.asarray(g) for g in gs], float(norm)) for k, (gs, norm) in zip(built.kept, got)}
+    got, off = None, None
+    if built.rounding is not None and built.dirs is not None:
+        for k, ds in zip(built.kept, built.dirs):
+            feed.update({d: np.asarray(v, np.float64) for d, v in zip(ds, items[k].d)})
+        try:
+            got, off = built.session.run([built.fetches, built.rounding], feed)
+        except Exception:  # noqa: BLE001 - as in building it: no allowance
+            built.rounding = None
+    if got is None:
+        got = built.session.run(built.fetches, feed)
+    runs = {k: ([np.asarray(g) for g in gs], float(norm)) for k, (gs, norm) in zip(built.kept, got)}
+    return runs, ({} if off is None else {k: float(v) for k, v in zip(built.kept, off)})
 
 
 def _no_signs(n: int) -> np.ndarray:
