@@ -99,9 +99,11 @@ def test_without_float64_the_probe_points_stay_inconclusive_and_are_kept(sin_aud
     outcome = run_stability(path, ("serve",), "serving_default", analysis,
                             StabilityOptions(numeric=NumericOptions(upcast=False)))
     rows = outcome.numeric
-    large = [n for n in rows if n.scale != 10]  # x 100 and x -600, where sin oscillates too fast for float32
+    large = [n for n in rows if abs(n.scale) >= 100]  # x 100 and x -600, where sin oscillates too fast for float32
     assert large and {n.status for n in large} == {"inconclusive"} and {n.dtype for n in rows} == {"float32"}
-    assert all(n.scale is not None and n.reason for n in rows)
+    # x 1e-3 (the model has a custom gradient: probes.CHECKED_WRITTEN), where it is right: float32 decides a pass
+    assert {n.status for n in rows if n.scale == 1e-3} == {"pass"}
+    assert all(n.scale is not None for n in rows) and all(n.reason for n in rows if n.status != "pass")
     # the moderate points stacked (x 2 to 50) are within float32's reach: there the wrong gradient (|x| > 10) is
     # decided, and only there
     moderate = [n for n in rows if n.scale == 10]

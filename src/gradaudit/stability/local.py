@@ -30,7 +30,7 @@ import numpy as np
 
 from ..model import Finding, LocalCheck, OpRef, Severity
 from ..numeric import sweep
-from ..numeric.domains import KINK_OPS
+from ..numeric.domains import ASSUMING, KINK_OPS
 from ..numeric.session import EPS as _EPS
 from ..numeric.session import floor_for
 from .forensics import CONTROL_FLOW
@@ -1248,11 +1248,16 @@ def findings(outcome: LocalOutcome, analysis, confirmed: bool = True) -> list[Fi
             "; the model's gradient at this point agrees with its finite differences (the whole-model checks), so "
             "the op's error does not reach it here, but it would wherever its result is not masked downstream"),
             op=c.op, sources=sources, outputs=outputs, severity=Severity.WARNING if masked else None,
-            fix=None if c.kind == "custom_gradient" else _BUILTIN_FIX))
+            fix=None if c.kind == "custom_gradient" else _ASSUMING_FIX if c.op.op_type in ASSUMING else _BUILTIN_FIX))
     return found
 
 
-# what to do about TensorFlow's own gradient of an op that is not the op's derivative at the values it receives
+# what to do about TensorFlow's own gradient of an op that is not the op's derivative at the values it receives: an
+# op whose gradient assumes something of its inputs (domains.ASSUMING), and any other
+_ASSUMING_FIX = ("TensorFlow's registered gradient of this op assumes something of its inputs that these values do "
+                 "not hold (labels that are a distribution, lengths or indices within their range, values away from a "
+                 "degenerate point): give it inputs that hold it, or wrap the op in tf.custom_gradient with the "
+                 "derivative the model needs.")
 _BUILTIN_FIX = ("TensorFlow's registered gradient of this op is not its derivative at these values (a convention at "
                 "a boundary, such as Xlogy's 0 at x = 0, or a kernel's error): keep the op's inputs away from those "
                 "values, or wrap the op in tf.custom_gradient with the derivative the model needs.")
