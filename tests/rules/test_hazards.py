@@ -27,7 +27,9 @@ def test_lint_fires_on_its_pattern(static_report, name, rule, op_type):
     f = found[0]
     assert f.code == get_rule(rule).code and f.code.startswith("GA30")
     assert f.severity.value == "warning"  # not run: a lint on its own is a warning
-    assert f.outputs and f.sources and f.fix == get_rule(rule).fix
+    assert f.outputs and f.sources
+    # where-nan's fix is written for the op it guards (test_the_where_nan_fix_is_for_the_guarded_op_...)
+    assert f.fix == get_rule(rule).fix if rule != "where-nan" else "give Log a safe argument" in f.fix
 
 
 @pytest.mark.parametrize("name", ["softplus", "log1pexp_custom", "safe_norm", "where_safe", "ratio_stable",
@@ -272,3 +274,53 @@ def test_a_where_that_guards_a_shifted_argument_is_a_where_nan(tmp_path):
         assert bool(np.all(np.isfinite(tape.gradient(y, x).numpy()))) == finite
         found = [f for f in audit_saved_model(path, AuditOptions(static_only=True)).findings if f.rule == "where-nan"]
         assert bool(found) == (not finite), (name, [f.message for f in found])
+
+
+@pytest.mark.parametrize("op_type,form,cond", [
+    ("Log", "tf.math.log(x)", "x > 0"), ("Log1p", "tf.math.log1p(x)", "x > -1"),
+    ("RealDiv", "1.0 / x", "x > 0"), ("Pow", "tf.pow(x, 0.5)", "x > 0"),
+])
+@pytest.mark.parametrize("side", ["true", "false"])
+def test_the_where_nan_fix_is_for_the_guarded_op_and_its_code_is_safe(tmp_path, op_type, form, cond, side):
+    """GA305's fix is written for the op the where guards, on the branch it is in (tester 18: the log template
+    was given for a division), and the code it gives, run as written, has a finite gradient where the naive form's
+    is NaN. Truth: TensorFlow's tape on the model and on the fix's code."""
+    import re
+
+    import numpy as np
+    import tensorflow as tf
+    from helpers import save_module
+
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    def naive(x):
+        c, f = eval(cond, {"x": x}), eval(form, {"tf": tf, "x": x})
+        return tf.where(c, f, 0.0) if side == "true" else tf.where(tf.logical_not(c), 0.0, f)
+
+    class Guarded(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": naive(x)}
+
+    path = save_module(Guarded(), str(tmp_path / "m"))
+    found = [f for f in audit_saved_model(path, AuditOptions(static_only=True)).findings if f.rule == "where-nan"]
+    assert len(found) == 1, [f.message for f in found]
+    fix = found[0].fix
+    assert f"give {op_type} a safe argument" in fix, fix
+    code = re.search(r"(safe = .*?y = tf\.where\(cond, [^;]*\))", fix).group(1)
+    point = tf.constant([[-1.0 if op_type == "Log1p" else 0.0, 2.0]])
+    grads = []
+    for body in (None, code):
+        with tf.GradientTape() as tape:
+            tape.watch(point)
+            if body is None:
+                y = naive(point)
+            else:
+                tested = eval(cond, {"x": point})
+                scope = {"tf": tf, "x": point, "d": point, "n": 1.0, "p": 0.5,
+                         "cond": tf.logical_not(tested) if side == "false" else tested}
+                exec(body.replace("...", "0.0"), scope)
+                y = scope["y"]
+            s = tf.reduce_sum(y)
+        grads.append(tape.gradient(s, point).numpy())
+    assert np.isnan(grads[0]).any() and np.all(np.isfinite(grads[1])), (fix, grads)

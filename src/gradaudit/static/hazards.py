@@ -389,11 +389,37 @@ def _where_nan(v: _View, select) -> list:
                                 f"{select.ref.label} computes {node.ref.label} in its {side} branch, and "
                                 "its condition tests the value that op is non-finite at: where that branch is "
                                 "not selected the forward is finite, but 0 * inf = NaN still flows back "
-                                "through the gradient"))
+                                "through the gradient", _where_fix(op, side)))
                     break
             if op in _CARRY:
                 stack.extend((i, depth + 1) for i, _ in node.inputs)
     return out
+
+
+# What the double where feeds the guarded op where its branch is not selected: (its argument, a value at which
+# the op is finite, the op computed on the safe argument).
+_SAFE_ARGUMENT = {
+    "Log": ("x", "1.0", "tf.math.log(safe)"),
+    "Log1p": ("x", "0.0", "tf.math.log1p(safe)"),
+    "RealDiv": ("d", "1.0", "n / safe"),
+    "Div": ("d", "1.0", "n / safe"),
+    "Pow": ("x", "1.0", "tf.pow(safe, p)"),
+}
+
+
+def _where_fix(op: str, side: str) -> str:
+    """GA305's fix for this guarded op: its argument replaced by a safe value where its branch is not selected,
+    the op computed on that safe argument (a double where); for a division tf.math.divide_no_nan also does."""
+    arg, value, call = _SAFE_ARGUMENT[op]
+    if side == "true":
+        code = f"safe = tf.where(cond, {arg}, {value}); y = tf.where(cond, {call}, ...)"
+    else:
+        code = f"safe = tf.where(cond, {value}, {arg}); y = tf.where(cond, ..., {call})"
+    fix = (f"give {op} a safe argument where its branch is not selected (a double where; {arg} is what {op} "
+           f"reads): {code}")
+    if op in ("RealDiv", "Div"):
+        fix += "; or tf.math.divide_no_nan(n, d), whose gradient is 0 where d is 0"
+    return fix
 
 
 _SHIFTS = {"Sub", "Add", "AddV2", "Mul", "RealDiv", "Neg", "BiasAdd"}
