@@ -431,3 +431,23 @@ def test_a_custom_gradient_wrong_for_one_input_names_the_sources_of_that_input(t
     rows = {n.source: n.status for n in report.numeric if n.scale is None}
     assert rows["x"] == ("pass" if wrong == "bias" else "fail"), rows
     assert rows["*"] == "fail" and report.verdict() == "fail"
+
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_large_arrays_step_a_block_at_a_time_is_the_one_expressions_numbers(dtype):
+    """The local checks step a large weight a block at a time: the array fed is x + t·d rounded as numpy rounds
+    it in one expression, and the prediction is <g, fed - x> in float64, over blocks that do not divide the
+    array evenly."""
+    from gradaudit.stability import local
+
+    rng = np.random.default_rng(3)
+    size = 5 * local._BLOCK + 1234
+    x, d, g = (rng.normal(size=(size,)) for _ in range(3))
+    if dtype == "float32":
+        x, d = x.astype(np.float32), d.astype(np.float32)
+    t = 3.7e-5
+    fed, lin = local._stepped(x, d, t, np.dtype(dtype), g)
+    np.testing.assert_array_equal(fed, np.asarray(x + t * d, dtype=dtype))
+    exact = float(np.dot(g, fed.astype(np.float64) - x.astype(np.float64)))
+    assert lin == pytest.approx(exact, rel=1e-9) and abs(exact) > 0
