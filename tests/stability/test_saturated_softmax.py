@@ -101,3 +101,4 @@ def test_a_saturated_attention_softmax_is_float32_rounding_not_a_faulty_kernel(t
     assert not [f for f in report.findings if f.severity is not Severity.INFO], [f.message for f in report.findings]
     assert not [f for f in report.findings if f.code == "GA206" and f.op is not None]
     assert {(n.status, n.dtype) for n in report.numeric if n.dtype == "float64"} == {("pass", "float64")}
+    assert not [n for n in report.numeric if n.status == "fail"], report.numeric  # no failed row beside a pass
