@@ -109,6 +109,38 @@ def partition_model(path: str) -> str:
     return _save(M(), path)
 
 
+def gather_nd_model(path: str) -> str:
+    """An N-d gather into a [5, 3, 4] variable: each of an index's two coordinates stays below 3, the smaller of
+    the two dimensions it indexes (not below 5, the table's rows)."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        def __init__(self):
+            self.grid = tf.Variable(np.random.default_rng(11).standard_normal((5, 3, 4)).astype("float32"), name="g")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None, 2], tf.int32)])
+        def __call__(self, x, idx):
+            return {"y": tf.gather_nd(self.grid, idx) * tf.sin(x)}
+
+    return _save(M(), path)
+
+
+def gather_nd_computed_model(path: str) -> str:
+    """The second of the class: an N-d gather into a computed [4, 2, 3] tensor (its shape saved with the graph,
+    no variable behind it): coordinates below 2."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        def __init__(self):
+            self.t = tf.Variable(np.random.default_rng(12).standard_normal((4, 2, 3)).astype("float32"), name="t")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None, 2], tf.int32)])
+        def __call__(self, x, idx):
+            return {"y": tf.gather_nd(tf.sin(self.t), idx) * x}
+
+    return _save(M(), path)
+
+
 VALID = {
     "ctc": {"feats": np.random.default_rng(2).standard_normal((2, 4, 3)),
             "labels": np.array([[1, 2, 3, 4], [2, 1, 4, 3]]), "label_length": np.array([2, 3]),
@@ -119,8 +151,11 @@ VALID = {
     "partition": {"x": np.random.default_rng(8).standard_normal(6), "part": np.array([0, 2, 1, 1, 0, 2])},
     "sparse": {"indices": np.array([[0, 1], [1, 3], [2, 0], [3, 4]]),
                "values": np.random.default_rng(10).standard_normal(4)},
+    "gather_nd": {"x": np.random.default_rng(13).standard_normal((3, 4)), "idx": np.array([[4, 2], [0, 1], [2, 0]])},
+    "gather_nd_computed": {"x": np.random.default_rng(14).standard_normal((2, 3)), "idx": np.array([[3, 1], [0, 0]])},
 }
-FLOAT = {"ctc": "feats", "segment": "x", "ragged": "values", "scatter": "v", "partition": "x", "sparse": "values"}
+FLOAT = {"ctc": "feats", "segment": "x", "ragged": "values", "scatter": "v", "partition": "x", "sparse": "values",
+         "gather_nd": "x", "gather_nd_computed": "x"}
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +163,8 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("structural")
     return {name: recipe(str(root / name)) for name, recipe in
             {"ctc": ctc_model, "segment": segment_model, "ragged": ragged_model, "scatter": scatter_model,
-             "partition": partition_model, "sparse": sparse_model}.items()}
+             "partition": partition_model, "sparse": sparse_model, "gather_nd": gather_nd_model,
+             "gather_nd_computed": gather_nd_computed_model}.items()}
 
 
 def _truth_agrees(path: str, name: str, values: dict | None = None) -> bool:
@@ -159,7 +195,8 @@ def _truth_agrees(path: str, name: str, values: dict | None = None) -> bool:
     return abs(numeric - float(np.sum(g * d))) <= 1e-2 * max(abs(numeric), 1e-6)
 
 
-@pytest.mark.parametrize("name", ["ctc", "segment", "scatter", "partition", "ragged"])
+@pytest.mark.parametrize("name", ["ctc", "segment", "scatter", "partition", "ragged", "gather_nd",
+                                  "gather_nd_computed"])
 def test_inputs_the_ops_accept_are_synthesised_and_the_healthy_model_passes(built, name):
     from gradaudit.api import AuditOptions, audit_saved_model
 
@@ -194,6 +231,9 @@ def test_the_domains_read_from_the_graph(built):
     assert kinds(built["partition"])["part"] == ("partitions", 3)
     ctc = kinds(built["ctc"])
     assert ctc["logit_length"][0] == "length" and ctc["label_length"] == ("position", 5)
+    # an N-d gather's coordinates: below the smallest dimension they index (5 rows but 3 columns; 4 and 2)
+    assert kinds(built["gather_nd"])["idx"] == ("ids", 3)
+    assert kinds(built["gather_nd_computed"])["idx"] == ("ids", 2)
 
 
 def test_equal_rows_of_a_scatter_update_make_the_gradient_differ_so_the_synthesised_ones_are_distinct(built):
@@ -235,3 +275,18 @@ def test_the_report_says_the_scatter_rows_were_distinct_and_repeated_ones_given_
     given = audit_saved_model(built["scatter"], AuditOptions(inputs_file=str(tmp_path / "rows.npz")))
     assert given.verdict() == "fail" and "GA201" in {f.code for f in given.findings}
     assert not [n for n in given.notes if n.text.startswith("Input rows")]
+
+
+def test_the_probes_stopped_by_a_kernel_refusing_synthesised_integers_say_so_and_ask_for_inputs():
+    """Wording: where integer inputs were made up here, a kernel refusing the values during the probes is the
+    inputs being outside what the model accepts (the audit's incomplete line asks for --inputs); with every integer
+    input given, or another error, TensorFlow's words stand."""
+    from gradaudit.stability import StabilityOutcome, _refused
+
+    error = "InvalidArgumentError: indices[0] = [3, 3] does not index into param shape [5,3,4]"
+    made_up = StabilityOutcome(synthesised=("idx",))
+    said = _refused(error, made_up)
+    assert "outside what the model accepts" in said and "idx synthesised" in said and "--inputs" in said
+    assert error in said
+    assert _refused(error, StabilityOutcome()) == error
+    assert _refused("ResourceExhaustedError: OOM", made_up) == "ResourceExhaustedError: OOM"

@@ -21,6 +21,9 @@ DISTRIBUTION_LABELS = {"SoftmaxCrossEntropyWithLogits": 1}
 CLASS_LABELS = {"SparseSoftmaxCrossEntropyWithLogits": 1}
 # Op type -> the input that holds indices into the table at input 0.
 GATHERS = {"GatherV2": 1, "Gather": 1, "ResourceGather": 1, "GatherNd": 1, "ResourceGatherNd": 1}
+# Op type -> the input whose last dimension holds one coordinate per leading dimension of the table at input 0.
+ND_INDEXES = {"GatherNd": 1, "ResourceGatherNd": 1, "TensorScatterUpdate": 1, "ScatterNdUpdate": 1,
+              "ResourceScatterNdUpdate": 1}
 # Op type -> the input that holds the indices whose rows an update writes (last write wins): with two equal
 # indices one update is lost from the forward while TensorFlow's registered gradient still hands each its part,
 # so the gradient is the derivative only for distinct indices, the inputs such a model is made for.
@@ -69,10 +72,16 @@ class InputDomain:
             said += f"; distinct, as {self.distinct.op_type} '{self.distinct.op_name}' writes the rows they index"
         return said
 
+    def _ids(self) -> str:
+        if self.op is not None and self.op.op_type in ND_INDEXES:
+            return (f"indices in [1, {self.high}), below each dimension of the table {self.op.op_type} "
+                    f"'{self.op.op_name}' indexes")
+        return (f"token ids in [1, {self.high})" + (" with some padding (0)" if self.padded else "")
+                + (f", the rows of the table {self.op.op_type} '{self.op.op_name}' reads" if self.op else ""))
+
     def _described(self) -> str:
         if self.kind == "ids":
-            return (f"token ids in [1, {self.high})" + (" with some padding (0)" if self.padded else "")
-                    + (f", the rows of the table {self.op.op_type} '{self.op.op_name}' reads" if self.op else ""))
+            return self._ids()
         if self.kind == "distribution":
             return "rows of class probabilities (non-negative, summing to 1)"
         if self.kind == "classes":
@@ -281,6 +290,8 @@ class _IntegerUses:
             return InputDomain("index")
         if self.high is not None and self.high > 1:
             return InputDomain("ids", high=self.high, padded=self.padded, op=self.table)
+        if self.high == 1:  # a table of one row: 0 is its only index
+            return InputDomain("index")
         return InputDomain("count", padded=self.padded)
 
 
@@ -372,8 +383,15 @@ def _classes(g, node, uses: _IntegerUses) -> None:
 
 
 def _gathered(g, node, variable_shapes: dict, uses: _IntegerUses) -> None:
-    """Indices into the table at input 0: below its rows, the smallest table's; unknown rows: an index."""
-    rows = _table_rows(g, node.inputs[0][0], variable_shapes, saved=_along_first_dim(g, node))
+    """Indices into the table at input 0: below its rows, the smallest table's; unknown rows: an index. An N-d
+    gather's or scatter's index holds one coordinate per leading dimension of its table (its last dimension tells
+    how many): every coordinate stays below the smallest of those dimensions (a GatherNd into [5, 3, 4] takes
+    indices in [0, 3), not [0, 5))."""
+    leading = 1
+    if node.ref.op_type in ND_INDEXES:
+        leading = _dim(g, node.inputs[ND_INDEXES[node.ref.op_type]][0], -1) or 0  # 0: unknown, every dimension
+    dims = _table_dims(g, node.inputs[0][0], variable_shapes, saved=_along_first_dim(g, node), leading=leading)
+    rows = min(dims) if dims else None
     if rows is None:
         uses.unknown_table = True
     elif uses.high is None or rows < uses.high:
@@ -417,14 +435,16 @@ def _along_first_dim(g, node) -> bool:
     return op != "ResourceGather"
 
 
-def _table_rows(g, params: int, variable_shapes: dict, saved: bool = False) -> int | None:
-    """Rows of the table a gather reads: a captured variable (directly, or through ReadVariableOp), or, with
-    `saved`, a tensor whose first dimension is saved with the graph."""
+def _table_dims(g, params: int, variable_shapes: dict, saved: bool = False, leading: int = 1) -> list[int] | None:
+    """The first `leading` dimensions (0: all of them) of the table a gather reads: a captured variable (directly,
+    or through ReadVariableOp), or, with `saved`, a tensor whose dimensions are saved with the graph; None when
+    one of them is not known."""
     for _ in range(8):
         shape = variable_shapes.get(params)
         if shape:
-            return shape[0]
-        if saved and (rows := _dim(g, params, 0)) is not None:
+            dims = list(shape) if leading == 0 else list(shape[:leading])
+            return dims if len(dims) == (leading or len(shape)) and all(d and d > 0 for d in dims) else None
+        if saved and (rows := _saved_dims(g, params, leading)) is not None:
             return rows
         src = g.aliased_from.get(params)
         if src and len(src) == 1:
@@ -436,6 +456,18 @@ def _table_rows(g, params: int, variable_shapes: dict, saved: bool = False) -> i
             return None
         params = node.inputs[0][0]
     return None
+
+
+def _saved_dims(g, t: int, leading: int) -> list[int] | None:
+    """The first `leading` (0: all) dimensions of tensor `t` as saved with the graph, None when one is unknown."""
+    shape = g.shape.get(t)
+    if shape is None or getattr(shape, "unknown_rank", False):
+        return None
+    dims = list(getattr(shape, "dim", ()))
+    dims = dims if leading == 0 else dims[:leading]
+    if not dims or len(dims) < leading or any(d.size < 1 for d in dims):
+        return None
+    return [int(d.size) for d in dims]
 
 
 def _labels_reached(g, t: int):

@@ -463,7 +463,7 @@ def _synthesised_structure(plan: Plan, options: NumericOptions) -> list[str]:
 
 # TensorFlow's errors about the values a kernel was given (an index out of range, row splits that do not
 # partition the values, an assertion on the inputs): with synthesised integer inputs, the inputs' fault.
-_VALUE_ERRORS = ("InvalidArgumentError", "OutOfRangeError")
+VALUE_ERRORS = ("InvalidArgumentError", "OutOfRangeError")
 # the op whose registered gradient raised, read from the failing node's name in TensorFlow's message
 _GRADIENT_OF = re.compile(r"gradients(?:_\d+)?/(?:[^ ()]*/)?([A-Za-z0-9]+)_grad/")
 
@@ -473,7 +473,7 @@ def _gradient_raises(error: str) -> str:
     values it was given (a determinant's gradient inverts a singular matrix), that op's gradient at these values,
     not a gradient TensorFlow lacks."""
     op = _GRADIENT_OF.search(error)
-    if op and error.startswith(_VALUE_ERRORS):
+    if op and error.startswith(VALUE_ERRORS):
         return (f"TensorFlow's gradient of {op.group(1)} raises at the values the model gives it at this point, so no "
                 f"source gets a gradient here: {error}. The forward runs there; the gradient TensorFlow registered "
                 "for that op is not defined at such values, although the derivative may be")
@@ -482,7 +482,7 @@ def _gradient_raises(error: str) -> str:
 
 def _gradient_raises_fix(error: str) -> str | None:
     """The fix for `_gradient_raises`' value case (None: the rule's own)."""
-    if _GRADIENT_OF.search(error) and error.startswith(_VALUE_ERRORS):
+    if _GRADIENT_OF.search(error) and error.startswith(VALUE_ERRORS):
         return ("Keep the op's inputs away from the values where its gradient raises (check with --inputs at "
                 "others), or give it a gradient defined there (tf.custom_gradient: for a determinant, the "
                 "adjugate instead of det(A) inv(A)^T).")
@@ -509,7 +509,7 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
     """The outcome of checks that could not run (`groups`, in `dtype`): an error row for each, a note, and the
     finding when the model is at fault; `synthesised`, the integer inputs made up here."""
     finding: Finding | None
-    if exc.stage != "load" and synthesised and str(exc).startswith(_VALUE_ERRORS):
+    if exc.stage != "load" and synthesised and str(exc).startswith(VALUE_ERRORS):
         # the kernel refused the values it was given, and some of them were made up here: the inputs are outside
         # what the model accepts, which says nothing against the model
         reason = (f"the synthesised inputs are outside what the model accepts ({', '.join(synthesised)} synthesised; "

@@ -35,6 +35,7 @@ class StabilityOutcome:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stopped: str | None = None  # TensorFlow's reason when running the model stopped the probes
+    synthesised: tuple[str, ...] = ()  # the integer inputs made up here (indices, lengths), not given with --inputs
     # requested parts of the probes that did not run or did not finish, with the reason (the verdict is
     # `incomplete` at best)
     incomplete: list[str] = field(default_factory=list)
@@ -68,11 +69,22 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
             raise InternalError("running the stability probes", exc) from exc
         from ..numeric.runner import describe
 
-        outcome.stopped = describe(exc)  # TensorFlow failed on the model: it could not be probed
+        outcome.stopped = _refused(describe(exc), outcome)  # TensorFlow failed on the model: it could not be probed
     finally:
         if own:
             shared.close()
     return outcome
+
+
+def _refused(error: str, outcome: StabilityOutcome) -> str:
+    """Why the probes stopped: a kernel refusing values where integer inputs were made up here is the synthesised
+    inputs being outside what the model accepts (give --inputs), said as such; any other error as TensorFlow said it."""
+    from ..numeric.session import VALUE_ERRORS
+
+    if outcome.synthesised and error.startswith(VALUE_ERRORS):
+        return (f"the synthesised inputs are outside what the model accepts ({', '.join(outcome.synthesised)} "
+                f"synthesised; TensorFlow: {error}); give real examples with --inputs")
+    return error
 
 
 def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
@@ -92,6 +104,8 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
     if base is None:
         outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
         return
+    given = given_inputs(n.inputs_file)
+    outcome.synthesised = tuple(sorted(k for k, spec in plan.specs.items() if spec.dtype.is_integer and k not in given))
     loaded = loads.get(False)
     base = _batch_point(loaded, plan, base, options, outcome)
     base = _in_domain(loaded.fn, plan, base, given_inputs(n.inputs_file), outcome)
@@ -112,8 +126,10 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
             outcome.findings.extend(second.findings)
     except ModelError as exc:
         what = 'differentiated' if exc.stage == 'gradient' else 'run'
-        outcome.notes.append(f"Stability probes not run: the loaded model cannot be {what}: {exc}")
-        outcome.incomplete.append(f"stability probes stopped: the loaded model cannot be {what}: {exc}")
+        said = _refused(str(exc), outcome)
+        said = f"the loaded model cannot be {what}: {exc}" if said == str(exc) else said
+        outcome.notes.append(f"Stability probes not run: {said}")
+        outcome.incomplete.append(f"stability probes stopped: {said}")
     finally:
         if prober is not None:
             outcome.notes.extend(prober.notes)
