@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef
+from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef, Severity
 from ..rules import numeric as rules
 from . import ALL_VARIABLES, sweep
 from .domains import Domains
@@ -34,6 +34,18 @@ FAR = 10.0
 BALANCE_LIMIT = {"float64": 10.0, "native": 10.0}
 # Op types whose gradient is a deliberate surrogate for a piecewise-constant forward: quantisers, and the
 # stop_gradient of a hand-written straight-through estimator.
+# Ops whose registered gradient TensorFlow makes a surrogate for some of their settings (the forward is piecewise
+# constant there, the gradient is not), with what it does and what to do about it.
+TENSORFLOW_SURROGATES = {
+    "CropAndResize": "with method='nearest' its forward is piecewise constant in the boxes, and TensorFlow's "
+                     "registered gradient hands the boxes the bilinear crop's gradient instead (its image_grad.py "
+                     "says so)",
+}
+TENSORFLOW_SURROGATE_FIXES = {
+    "CropAndResize": "If the boxes are meant to be learned, crop with method='bilinear', whose gradient to the boxes "
+                     "is the derivative; if they are not, put tf.stop_gradient on them. Nothing to do if the "
+                     "bilinear surrogate is intended.",
+}
 QUANTISERS = frozenset({
     "FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel",
     "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4",
@@ -496,16 +508,29 @@ class Checker:
         return any(not a.est.nonfinite and a.est.rel_error > self.s.resolution for a in attempts)
 
     def _report_surrogate(self, group: Group, attempts: list[Attempt], result) -> None:
-        """A surrogate gradient: the forward is flat along the line while the gradient is not."""
+        """A surrogate gradient: the forward is flat along the line while the gradient is not. Where the model
+        holds no quantiser or stop_gradient (how a straight-through estimator is written) and an op whose
+        registered gradient TensorFlow makes a surrogate lies on the path, that op is named and the finding is a
+        warning: a gradient that is not the derivative, which the model's author did not write."""
         est = next(a.est for a in attempts if a.kind == "surrogate")
         self.results.append(result(
             "inconclusive", f"surrogate gradient: the forward is flat along the direction (numeric "
             f"derivative {est.numeric:.2e}) while the gradient is not ({est.autodiff:.2e})", e=est))
-        self.findings.append(rules.SurrogateGradient.finding(
+        written = self.s.op_types & (QUANTISERS | STOP_OPS)
+        made = [] if written else [op for op in self.s.domains.on_path(self.s.domains.assuming, self._sources(group),
+                                                                      group.outputs)
+                                   if op.op_type in TENSORFLOW_SURROGATES]
+        said = (f" The model writes no straight-through estimator (no quantiser, no stop_gradient); on the path, "
+                f"{made[0].label}: {TENSORFLOW_SURROGATES[made[0].op_type]}." if made else "")
+        finding = rules.SurrogateGradient.finding(
             f"The gradient of {self._outputs_text(group)} with respect to {self._describe(group)} is a surrogate: "
             f"the forward pass is piecewise constant along a random direction (derivative {est.numeric:.2e}) "
-            f"while TensorFlow's gradient is {est.autodiff:.2e}, as with a straight-through estimator.",
-            sources=self._sources(group), outputs=group.outputs))
+            f"while TensorFlow's gradient is {est.autodiff:.2e}, as with a straight-through estimator.{said}",
+            sources=self._sources(group), outputs=group.outputs)
+        if made:
+            finding = replace(finding, op=made[0], severity=Severity.WARNING,
+                              fix=TENSORFLOW_SURROGATE_FIXES[made[0].op_type])
+        self.findings.append(finding)
 
     def _report_unresolved(self, group: Group, attempts: list[Attempt], judged: Judgement | None,
                            result) -> None:
@@ -628,11 +653,8 @@ class Checker:
         explains it: `attempts` then holds that attempt alone, and the runner sits at its point."""
         failed = [a for a in attempts if a.kind == "fail"] if once is None else list(attempts)
         confirming = failed[-1]  # the runner still sits at its point
-        if self._doubtful(group, failed[0].est, evaluations, result):
-            return
-        explained, beyond = self._cut_verdict(group, u, confirming, failed[0].est)
-        if explained is not None:
-            self.results.append(result("pass", explained, e=failed[0].est, evals=evaluations + 1))
+        settled, beyond, kinds = self._settled_before(group, failed[0].est, confirming, evaluations, u, result)
+        if settled:
             return
         culprits: list[tuple[list[int], Estimate]] = []
         if len(group.variables) > 1:
@@ -646,7 +668,7 @@ class Checker:
                 self.findings.append(self._split_surrogate_finding(group, split))
         names = self._variable_names
         pinned = [n for idx, _ in culprits for n in names(idx)]
-        said = _Said(beyond, self._outputs_alone(group, u, confirming),
+        said = _Said(beyond, self._outputs_alone(kinds),
                      rules.SEEN_TWICE if once is None else rules.SEEN_ONCE)
         reason = _failure_reason(once, pinned, beyond)
         row = replace(result("fail", reason, e=failed[0].est, evals=evaluations), evidence=once)
@@ -659,6 +681,20 @@ class Checker:
                 self.results.append(replace(result("fail", None, source=names(idx)[0], e=e, evals=e.evaluations),
                                             evidence=once))
             self._mismatch(group, names(idx), e, confirming.point, idx, said)
+
+    def _settled_before(self, group: Group, est: Estimate, confirming: Attempt, evaluations: int, u, result
+                        ) -> tuple[bool, str | None, dict[str, tuple[str, Estimate]]]:
+        """What decides a failing check before it is a mismatch: labels that may not be a distribution, a cut that
+        explains it, outputs that agree on their own beside others checked apart. (whether one of them decided it,
+        why a cut on the pair does not explain it, each output's kind and estimate on its own)."""
+        if self._doubtful(group, est, evaluations, result):
+            return True, None, {}
+        explained, beyond = self._cut_verdict(group, u, confirming, est)
+        if explained is not None:
+            self.results.append(result("pass", explained, e=est, evals=evaluations + 1))
+            return True, beyond, {}
+        kinds = self._alone(group, u, confirming)
+        return beyond is None and self._checked_apart(group, u, confirming, kinds, result), beyond, kinds
 
     def _cut_verdict(self, group: Group, u, confirming: Attempt, est: Estimate) -> tuple[str | None, str | None]:
         """(why the stop_gradients crossing the group's pairs explain the failure, why they do not): at most
@@ -718,22 +754,53 @@ class Checker:
         rel = difference / denominator if denominator > 0 else 0.0
         return difference <= est.rel_threshold(self.s.floor) * max(est.scale, abs(est.numeric)), rel
 
-    def _outputs_alone(self, group: Group, u, attempt: Attempt) -> tuple[tuple[str, ...], str]:
-        """For a failing check over several outputs: (the outputs whose gradient disagrees on its own, a sentence
-        on each), from one gradient and one sweep per output along the attempt's line (the runner sits at its
-        point). ((), "") for a check of one output."""
+    def _alone(self, group: Group, u, attempt: Attempt) -> dict[str, tuple[str, Estimate]]:
+        """For a failing check over several outputs: each output's (sweep.classify kind, estimate) on its own, from
+        one gradient and one sweep per output along the attempt's line (the runner sits at its point); {} for a
+        check of one output."""
         if len(group.outputs) < 2:
-            return (), ""
-        failing, said = [], []
+            return {}
+        kinds = {}
         for o in group.outputs:
             alone = {o: u[o]}
             est = self.sweep_line(alone, self._gradient(alone, attempt.point.outputs), attempt.in_dirs,
                                   attempt.var_dirs)
-            kind = sweep.classify(est, self.s.floor, self.s.resolution)
-            failing += [o] if kind == "fail" else []
-            said.append(f"{o} {'disagrees' if kind == 'fail' else 'agrees' if kind == 'pass' else 'cannot be decided'}"
-                        f" (rel. error {est.rel_error:.1e})")
-        return tuple(failing), f" Each output on its own: {'; '.join(said)}."
+            kinds[o] = (sweep.classify(est, self.s.floor, self.s.resolution), est)
+        return kinds
+
+    @staticmethod
+    def _outputs_alone(kinds: dict[str, tuple[str, Estimate]]) -> tuple[tuple[str, ...], str]:
+        """(the outputs whose gradient disagrees on their own, a sentence on each); ((), "") for one output."""
+        if not kinds:
+            return (), ""
+        failing = tuple(o for o, (kind, _) in kinds.items() if kind == "fail")
+        said = [f"{o} {'disagrees' if kind == 'fail' else 'agrees' if kind == 'pass' else 'cannot be decided'}"
+                f" (rel. error {est.rel_error:.1e})" for o, (kind, est) in kinds.items()]
+        return failing, f" Each output on its own: {'; '.join(said)}."
+
+    def _checked_apart(self, group: Group, u, confirming: Attempt, kinds: dict[str, tuple[str, Estimate]],
+                       result) -> bool:
+        """A check over several outputs that fails where, each on its own along the same line, none disagrees
+        and some agree: the difference is in the others (a surrogate, a line too rough to decide), which are
+        checked again as a check of their own, with the evidence a model of those outputs alone would give (a
+        nearest-neighbour crop's surrogate gradient beside a bilinear one); the outputs that agree pass. False,
+        and nothing done, where that does not hold."""
+        if any(kind == "fail" for kind, _ in kinds.values()):
+            return False
+        agree = tuple(o for o, (kind, _) in kinds.items() if kind == "pass")
+        rest = tuple(o for o in group.outputs if o not in agree)
+        if not agree or not rest:
+            return False
+        est = max((kinds[o][1] for o in agree), key=lambda e: e.rel_error)
+        self.results.append(replace(
+            result("pass", f"checked on its own along the line where {self._outputs_text(group)} together differ "
+                           f"from finite differences: it agrees; the difference is in {', '.join(rest)}, checked "
+                           "apart", e=est, evals=sum(kinds[o][1].evaluations for o in agree)),
+            outputs=CheckedOutputs.of(agree, self.runner.float_outputs)))
+        sub = replace(group, outputs=rest)
+        sub_u = {o: u[o] for o in rest}
+        self.check_group(sub, sub_u, self._gradient(sub_u, confirming.point.outputs))
+        return True
 
     def _mismatch(self, group: Group, names: list[str], est: Estimate, point: Point,
                   var_idx: list[int] | None, said: _Said) -> None:

@@ -130,6 +130,8 @@ ASSUMING = frozenset({*DISTRIBUTION_LABELS, "SparseSoftmaxCrossEntropyWithLogits
                       # matrix, a rank-deficient QR
                       "Svd", "SelfAdjointEigV2", "Eig", "Cumprod", "Qr", "MatrixDeterminant",
                       "LogMatrixDeterminant", "Cholesky", "MatrixSquareRoot",
+                      # a nearest-neighbour crop hands its boxes the bilinear crop's gradient: a surrogate
+                      "CropAndResize",
                       # a scatter update's gradient hands every update its part: the derivative for distinct rows only
                       *SCATTER_UPDATES})
 

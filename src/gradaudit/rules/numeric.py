@@ -90,7 +90,10 @@ SurrogateGradient = define(
     Reports checks where the finite-difference derivative is zero (the outputs do not move,
     beyond rounding, for small steps) or the forward jumps, while TensorFlow's gradient is
     clearly non-zero. This is how straight-through estimators and fake quantisation are built;
-    such checks are not reported as `gradient-mismatch`.
+    such checks are not reported as `gradient-mismatch`. Where the model writes no quantiser and
+    no `tf.stop_gradient` and the surrogate is TensorFlow's own registered gradient (a
+    `CropAndResize` with `method='nearest'` hands its boxes the bilinear crop's gradient), the
+    finding is a warning naming that op.
 
     ## Why is this bad?
     It is usually not: the gradient is a deliberate surrogate of a function whose true
