@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import save_module
 
 pytestmark = pytest.mark.slow
@@ -75,8 +74,8 @@ def _tape_and_differences(path: str, feed: dict, source: str, output: str, h: fl
     d = np.random.default_rng(2).standard_normal(g.shape)
 
     def moved(t):
-        return float(np.sum(np.asarray(fn(**dict(at, **{source: tf.constant(feed[source] + t * d, specs[source].dtype)}))
-                                       [output], np.float64) * u))
+        shifted = dict(at, **{source: tf.constant(feed[source] + t * d, specs[source].dtype)})
+        return float(np.sum(np.asarray(fn(**shifted)[output], np.float64) * u))
 
     return float(np.sum(g * d)), (moved(h) - moved(-h)) / (2 * h)
 
