@@ -248,3 +248,43 @@ def test_an_offset_on_the_output_does_not_hide_a_wrong_float32_gradient(tmp_path
     r = audit_saved_model(path, AuditOptions())
     found = [f for f in _gaps(r) if f.severity.value == "error"]
     assert found and found[0].op is not None and found[0].op.op_type == "Digamma", [f.message for f in r.findings]
+
+
+class DigammaBesideLgamma(tf.Module):
+    """Two outputs of one argument: digamma's float32 gradient (TensorFlow's Polygamma kernel) is off below -7.5;
+    lgamma's (TensorFlow's Digamma kernel) is not."""
+
+    def __init__(self):
+        self.a = tf.Variable(2.0, name="a")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        z = self.a * x
+        return {"lgamma": tf.matmul(tf.math.lgamma(z), W.astype(np.float32)),
+                "digamma": tf.matmul(tf.math.digamma(z), W.astype(np.float32))}
+
+
+def test_a_float32_kernel_at_fault_is_said_of_the_outputs_its_paths_reach(tmp_path):
+    """Tester 19: GA206 naming digamma's kernel listed lgamma as well."""
+    path = save_module(DigammaBesideLgamma(), str(tmp_path / "two"))
+    x = np.array([[-10.25, -4.1, 3.3, -8.7]])
+    loaded = tf.saved_model.load(path)
+    assert _float32_off(path, lambda v: tf.math.digamma(2.0 * v) @ W, x) > 0.5  # the sum's gradient: digamma's off
+
+    def lgamma_off() -> float:  # lgamma's own float32 gradient against float64 differences, alone
+        xt = tf.constant(x, tf.float32)
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            y = tf.reduce_sum(loaded.signatures["serving_default"](xt)["lgamma"])
+        g = tape.gradient(y, xt).numpy().astype(np.float64)
+        h = 1e-6
+        numeric = [(float(tf.reduce_sum(tf.math.lgamma(2.0 * (x + h * e)) @ W))
+                    - float(tf.reduce_sum(tf.math.lgamma(2.0 * (x - h * e)) @ W))) / (2 * h)
+                   for e in np.eye(4).reshape(4, 1, 4)]
+        return float(np.linalg.norm(g.ravel() - numeric) / np.linalg.norm(numeric))
+
+    assert lgamma_off() < 1e-4
+    r = audit_saved_model(path, AuditOptions())
+    named = [f for f in _gaps(r) if f.op is not None and f.op.op_type == "Digamma"]
+    assert named and r.verdict() == "fail", [f.message for f in r.findings]
+    assert all(f.outputs == ("digamma",) for f in named), [(f.outputs, f.message) for f in named]

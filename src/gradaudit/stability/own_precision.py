@@ -529,7 +529,7 @@ def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None
             + f"{_forward(into.forward)} "
             f"{found}{_unlocated(culprit, scale, into.forward)}".rstrip(),
             op=culprit.op if culprit is not None else None, severity=severity,
-            sources=tuple(g.source for g in flagged), outputs=tuple(outputs)))
+            sources=tuple(g.source for g in flagged), outputs=_reached(prober, culprit, outputs)))
     elif along.float64_wrong:
         status, reason = "pass", "the float32 gradient agrees with the differences; the float64 copy's does not"
         into.notes.append(f"At {where}, the float64 copy's gradient for {names} is off where the model's own "
@@ -544,6 +544,17 @@ def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None
             source=g.source, outputs=label, status=status, rel_error=g.rel if np.isfinite(g.rel) else None,
             step=None, dtype="float32", evaluations=along.evaluations + 4, reason=reason, precision_reason=WHY,
             scale=scale, bound=GAP, evidence=f"{g.source}: {g.text()}; {along.text()}"))
+
+
+def _reached(prober, culprit, outputs: list[str]) -> tuple[str, ...]:
+    """The outputs a gap is said of: those whose gradient paths cross the op at fault (tester 19: digamma's
+    float32 kernel was said of lgamma too), every output when no op is at fault or none is found."""
+    if culprit is None:
+        return tuple(outputs)
+    from .local import op_pairs
+
+    crossing = set(op_pairs(prober.analysis)(culprit.op)[1])
+    return tuple(o for o in outputs if o in crossing) or tuple(outputs)
 
 
 def _severity(culprit, scale: float | None, forward: float) -> Severity:
