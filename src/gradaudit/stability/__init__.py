@@ -312,7 +312,7 @@ def _mixes_examples(fn, point: dict, outputs: list[str], batched: frozenset[str]
         return f"its examples could not be run one by one ({type(exc).__name__})", False
     except Exception as exc:  # noqa: BLE001 - TensorFlow's refusal of a batch of one is an answer too
         return f"its examples could not be run one by one ({type(exc).__name__})", False
-    for o, value in together.items():
+    for o, value in sorted(together.items()):  # the same output named in every run
         if value.ndim == 0 or value.shape[0] != rows:
             return f"its output {o} has no batch dimension", False
         each = np.concatenate([a[o] for a in alone], axis=0)
