@@ -80,7 +80,8 @@ def _tape_and_differences(path: str, feed: dict, source: str, output: str, h: fl
     return float(np.sum(g * d)), (moved(h) - moved(-h)) / (2 * h)
 
 
-def test_a_nearest_crop_beside_a_bilinear_one_is_a_named_surrogate_and_the_bilinear_crop_passes(tmp_path):
+@pytest.mark.parametrize("seed", [0, 1])  # at seed 1 the two crops together did not settle: incomplete before
+def test_a_nearest_crop_beside_a_bilinear_one_is_a_named_surrogate_and_the_bilinear_crop_passes(tmp_path, seed):
     from gradaudit.api import AuditOptions, audit_saved_model
 
     path = _crops(str(tmp_path / "crops"))
@@ -92,15 +93,19 @@ def test_a_nearest_crop_beside_a_bilinear_one_is_a_named_surrogate_and_the_bilin
     tape, differences = _tape_and_differences(path, feed, "boxes", "nearest", 1e-3)
     assert differences == 0.0 and abs(tape) > 1.0  # the nearest crop is flat; TensorFlow's gradient is not zero
 
-    report = audit_saved_model(path, AuditOptions())
-    assert report.verdict() == "pass", [(f.code, f.message) for f in report.findings]
+    report = audit_saved_model(path, AuditOptions(seed=seed))
+    assert report.verdict() == "pass", ([(f.code, f.message) for f in report.findings], report.incomplete)
     assert not [f for f in report.findings if f.code == "GA201"]
     surrogates = [f for f in report.findings if f.code == "GA203"]
     assert [(f.sources, f.outputs, f.severity.value, f.op and f.op.op_type) for f in surrogates] == [
         (("boxes",), ("nearest",), "warning", "CropAndResize")]
     assert "method='bilinear'" in (surrogates[0].fix or "")
     own = [n for n in report.numeric if n.source == "boxes" and n.scale is None]
-    assert ("pass", ("bilinear",)) in [(n.status, n.outputs.names) for n in own], own
+    bilinear = [n.status for n in own if n.outputs.names == ("bilinear",)]
+    # at seed 0 the bilinear crop on its own passes; at seed 1 its float32 differences along the line it got do
+    # not settle (its kinks at pixel edges): undecided, never a failure
+    assert bilinear == ["pass"] if seed == 0 else bilinear and "fail" not in bilinear, own
+    assert not [n for n in own if n.outputs.names == ("bilinear", "nearest")], own  # decided apart, not together
 
 
 def test_a_straight_through_custom_gradient_beside_a_smooth_output_is_an_estimator_not_a_mismatch(tmp_path):

@@ -401,6 +401,7 @@ class Checker:
                                     "; if the model's real inputs avoid that, pass them with --inputs")))
             return
         snapshot = r.snapshot()
+        start = (snapshot, point)
         evaluations = 1  # the gradient at the base point
         attempts: list[Attempt] = []
         try:
@@ -418,7 +419,7 @@ class Checker:
                     break
                 if self.s.strict and kinds[-1] != "fail":  # elsewhere, only a failure is worth a second look
                     break
-            self._report(group, attempts, evaluations, u)
+            self._report(group, attempts, evaluations, u, start)
         finally:
             if len(attempts) > 1:
                 r.move_to(*snapshot)
@@ -429,7 +430,8 @@ class Checker:
         grads = [point.g_in[n] for n in group.inputs] + [point.g_var[i] for i in group.variables]
         return all(g is None or np.all(np.isfinite(np.asarray(g))) for g in grads)
 
-    def _report(self, group: Group, attempts: list[Attempt], evaluations: int, u) -> None:
+    def _report(self, group: Group, attempts: list[Attempt], evaluations: int, u, start: tuple) -> None:
+        """The check's row and findings from its attempts; `start`: (the runner's snapshot, the Point) it began at."""
         kinds = [a.kind for a in attempts]
         est = attempts[-1].est
         checked = CheckedOutputs.of(group.outputs, self.runner.float_outputs)
@@ -456,8 +458,23 @@ class Checker:
             self._report_surrogate(group, attempts, result)
         elif kinds.count("fail") == 2:
             self._report_failure(group, attempts, evaluations, u, result)
-        else:
+        elif not self._each_apart(group, u, start):
             self._report_unresolved(group, attempts, judged, result)
+
+    def _each_apart(self, group: Group, u, start: tuple) -> bool:
+        """A check over several outputs that did not settle, at the numeric checks' own point: each output checked
+        as a check of its own from where it began, which decides what the outputs together did not (a bilinear
+        crop beside a nearest one whose jumps leave the sum undecided), with the evidence a model of that output
+        alone gives. False, and nothing done, for one output or at a probe point (strict: a probe point's cost
+        stays one sweep)."""
+        if len(group.outputs) < 2 or self.s.strict:
+            return False
+        snapshot, point = start
+        self.runner.move_to(*snapshot)
+        for o in group.outputs:
+            alone = {o: u[o]}
+            self.check_group(replace(group, outputs=(o,)), alone, self._gradient(alone, point.outputs))
+        return True
 
     def _report_pass(self, group: Group, attempts: list[Attempt], judged: Judgement | None, result) -> None:
         """The last line passed: a pass, unless a discrepancy seen first is not explained or nothing was compared."""
