@@ -35,6 +35,41 @@ def _crops(path: str) -> str:
     return save_module(M(), path)
 
 
+def _crops_of_a_variable(path: str) -> str:
+    """Tester 20's: both crops of a fixed image variable, the boxes the only input; at seed 1 the nearest crop's
+    own check did not settle (its samples cross pixel edges along the line) and no warning was given."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        def __init__(self):
+            self.img = tf.Variable(tf.reshape(tf.sin(tf.range(72, dtype=tf.float32) * 0.37), [1, 6, 6, 2]), name="img")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="boxes")])
+        def __call__(self, boxes):
+            ind = tf.zeros([tf.shape(boxes)[0]], tf.int32)
+            return {"bilinear": tf.image.crop_and_resize(self.img, boxes, ind, [3, 3], method="bilinear"),
+                    "nearest": tf.image.crop_and_resize(self.img, boxes, ind, [3, 3], method="nearest")}
+
+    return save_module(M(), path)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_nearest_crop_whose_differences_do_not_settle_is_still_the_named_surrogate(tmp_path, seed):
+    """The op is told by its attrs: the nearest crop is named, never the bilinear one beside it (whose kinks at
+    pixel edges leave its own check undecided at some seeds)."""
+    from gradaudit.api import AuditOptions, audit_saved_model
+
+    path = _crops_of_a_variable(str(tmp_path / "crops"))
+    # every sample 0.05 pixel or more from a nearest crop's rounding edge (a half pixel of the 6 x 6 image)
+    feed = {"boxes": np.array([[0.13, 0.21, 0.69, 0.81], [0.33, 0.08, 0.88, 0.67]], np.float32)}
+    tape, differences = _tape_and_differences(path, feed, "boxes", "nearest", 1e-5)
+    assert differences == 0.0 and abs(tape) > 0.1  # flat forward, a gradient all the same
+    report = audit_saved_model(path, AuditOptions(seed=seed))
+    assert report.verdict() == "pass", ([(f.code, f.message) for f in report.findings], report.incomplete)
+    assert [(f.sources, f.outputs, f.severity.value, f.op and f.op.op_name) for f in report.findings
+            if f.code == "GA203"] == [(("boxes",), ("nearest",), "warning", "CropAndResize_1")]
+
+
 def _custom(path: str, wrong: float | None) -> str:
     """tanh beside a custom-gradient output: a straight-through rounding (`wrong` None), or sin whose written
     gradient is (1 + wrong) times its derivative."""

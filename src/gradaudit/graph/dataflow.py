@@ -44,6 +44,13 @@ STATE_WRITES = {"AssignVariableOp": 1, "AssignAddVariableOp": 1, "AssignSubVaria
                 "ResourceScatterMul": 2, "ResourceScatterDiv": 2, "ResourceScatterMin": 2, "ResourceScatterMax": 2,
                 "ResourceScatterNdUpdate": 2, "ResourceScatterNdAdd": 2, "ResourceScatterNdSub": 2}
 STATE_READS = {"ReadVariableOp", "ResourceGather", "ResourceGatherNd"}
+# (op type, attr, value) -> what TensorFlow's registered gradient of the op so configured does instead of the
+# derivative: a surrogate for a forward that is piecewise constant in those inputs
+SURROGATE_GRADIENTS = {
+    ("CropAndResize", "method", b"nearest"):
+        "with method='nearest' its forward is piecewise constant in the boxes, and TensorFlow's registered gradient "
+        "hands the boxes the bilinear crop's gradient instead (its image_grad.py says so)",
+}
 CONVERTING_INPUTS = {"Cast": (0,), "Select": (0,), "SelectV2": (0,), "OneHot": (0,), "Bitcast": (0,)}
 TOP = "<graph>"
 
@@ -66,6 +73,9 @@ class OpNode:
     # written values reach this read's result by value along edges that carry no gradient (a variable's state)
     written_by: tuple[OpRef, ...] = ()
     written_values: tuple[int, ...] = ()
+    # TensorFlow's registered gradient of the op, as configured (its attrs), is a surrogate, not the derivative:
+    # what it does (SURROGATE_GRADIENTS); None for every other op
+    surrogate: str | None = None
 
 
 @dataclass
@@ -205,6 +215,15 @@ class _OpGradient(NamedTuple):
     uncertain: str | None = None  # why whether a gradient passes cannot be known
     maybe: bool = False  # float inputs get MAYBE edges: a gradient may pass, or not
     grad_error: str | None = None  # the registered gradient function raises
+
+
+def _surrogate(node) -> str | None:
+    """What TensorFlow's registered gradient of `node` does instead of its derivative, as its attrs configure it
+    (SURROGATE_GRADIENTS), or None."""
+    for (op, attr, value), what in SURROGATE_GRADIENTS.items():
+        if node.op == op and attr in node.attr and node.attr[attr].s == value:
+            return what
+    return None
 
 
 def _input_flags(value: int, grad: _OpGradient, i: int, converts: bool, dtype: int) -> int:
@@ -627,7 +646,8 @@ class DataflowBuilder:
                 g.edge(t, op_id, flags)
             self._produce(op_id, group_outputs)
             g.ops[op_id] = OpNode(ref, op_inputs, list(group_outputs), grad.kind, known=layout.known,
-                                  uncertain=grad.uncertain if grad.maybe else None, grad_error=grad.grad_error)
+                                  uncertain=grad.uncertain if grad.maybe else None, grad_error=grad.grad_error,
+                                  surrogate=_surrogate(node))
         if node.op == "Const" and outputs:
             number = _scalar_const(node)
             if number is not None:

@@ -341,7 +341,8 @@ def _copy_facts(g: Dataflow, body: Body, to: list[int]) -> None:
         g.ops[to[op_id]] = OpNode(node.ref, [(to[t], f) for t, f in node.inputs], [to[o] for o in node.outputs],
                                   node.grad_kind, node.custom_gradient, node.custom_gradient_saved,
                                   tuple(to[t] for t in node.dead_inputs), node.known, node.uncertain,
-                                  node.grad_error, node.written_by, tuple(to[t] for t in node.written_values))
+                                  node.grad_error, node.written_by, tuple(to[t] for t in node.written_values),
+                                  node.surrogate)
     for t, op_id in src.producer.items():
         g.producer[to[t]] = to[op_id]
     for t, number in src.const_value.items():

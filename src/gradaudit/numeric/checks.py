@@ -34,13 +34,8 @@ FAR = 10.0
 BALANCE_LIMIT = {"float64": 10.0, "native": 10.0}
 # Op types whose gradient is a deliberate surrogate for a piecewise-constant forward: quantisers, and the
 # stop_gradient of a hand-written straight-through estimator.
-# Ops whose registered gradient TensorFlow makes a surrogate for some of their settings (the forward is piecewise
-# constant there, the gradient is not), with what it does and what to do about it.
-TENSORFLOW_SURROGATES = {
-    "CropAndResize": "with method='nearest' its forward is piecewise constant in the boxes, and TensorFlow's "
-                     "registered gradient hands the boxes the bilinear crop's gradient instead (its image_grad.py "
-                     "says so)",
-}
+# What to do about an op whose registered gradient TensorFlow makes a surrogate (graph.dataflow.SURROGATE_GRADIENTS,
+# read from its attrs: Domains.surrogates), by op type.
 TENSORFLOW_SURROGATE_FIXES = {
     "CropAndResize": "If the boxes are meant to be learned, crop with method='bilinear', whose gradient to the boxes "
                      "is the derivative; if they are not, put tf.stop_gradient on them. Nothing to do if the "
@@ -533,21 +528,32 @@ class Checker:
         self.results.append(result(
             "inconclusive", f"surrogate gradient: the forward is flat along the direction (numeric "
             f"derivative {est.numeric:.2e}) while the gradient is not ({est.autodiff:.2e})", e=est))
-        written = self.s.op_types & (QUANTISERS | STOP_OPS)
-        made = [] if written else [op for op in self.s.domains.on_path(self.s.domains.assuming, self._sources(group),
-                                                                      group.outputs)
-                                   if op.op_type in TENSORFLOW_SURROGATES]
-        said = (f" The model writes no straight-through estimator (no quantiser, no stop_gradient); on the path, "
-                f"{made[0].label}: {TENSORFLOW_SURROGATES[made[0].op_type]}." if made else "")
-        finding = rules.SurrogateGradient.finding(
+        made = self._tensorflow_surrogate(group)
+        self.findings.append(self._surrogate_finding(made, rules.SurrogateGradient.finding(
             f"The gradient of {self._outputs_text(group)} with respect to {self._describe(group)} is a surrogate: "
             f"the forward pass is piecewise constant along a random direction (derivative {est.numeric:.2e}) "
-            f"while TensorFlow's gradient is {est.autodiff:.2e}, as with a straight-through estimator.{said}",
-            sources=self._sources(group), outputs=group.outputs)
-        if made:
-            finding = replace(finding, op=made[0], severity=Severity.WARNING,
-                              fix=TENSORFLOW_SURROGATE_FIXES[made[0].op_type])
-        self.findings.append(finding)
+            f"while TensorFlow's gradient is {est.autodiff:.2e}, as with a straight-through estimator.",
+            sources=self._sources(group), outputs=group.outputs)))
+
+    def _tensorflow_surrogate(self, group: Group) -> OpRef | None:
+        """Where the model writes no straight-through estimator (no quantiser, no stop_gradient): an op on the
+        group's paths whose registered gradient, as its attrs configure it, TensorFlow makes a surrogate
+        (Domains.surrogates), or None."""
+        if self.s.op_types & (QUANTISERS | STOP_OPS):
+            return None
+        made = self.s.domains.on_path(sorted(self.s.domains.surrogates, key=lambda r: (r.function, r.op_name)),
+                                      self._sources(group), group.outputs)
+        return made[0] if made else None
+
+    def _surrogate_finding(self, made: OpRef | None, finding: Finding) -> Finding:
+        """A GA203 finding, made a warning naming `made` (TensorFlow's own surrogate, not the model's author's) with
+        what it does and the fix, when there is one."""
+        if made is None:
+            return finding
+        return replace(finding, op=made, severity=Severity.WARNING,
+                       fix=TENSORFLOW_SURROGATE_FIXES.get(made.op_type, finding.fix),
+                       message=f"{finding.message} The model writes no straight-through estimator (no quantiser, no "
+                               f"stop_gradient); on the path, {made.label}: {self.s.domains.surrogates[made]}.")
 
     def _report_unresolved(self, group: Group, attempts: list[Attempt], judged: Judgement | None,
                            result) -> None:
@@ -571,6 +577,14 @@ class Checker:
                 f"directions and the model uses {', '.join(sorted(ops))}: its gradient is a surrogate, "
                 f"not a derivative, and it cannot be checked numerically.",
                 sources=self._sources(group), outputs=group.outputs))
+        elif rough and not self.s.strict and (made := self._tensorflow_surrogate(group)) is not None:
+            # the same evidence where the path holds an op whose registered gradient TensorFlow makes a surrogate
+            # (a nearest crop whose samples cross pixel edges along the line), at the numeric checks' own point
+            self.findings.append(self._surrogate_finding(made, rules.SurrogateGradient.finding(
+                f"The forward pass from {self._describe(group)} to {self._outputs_text(group)} is rough along random "
+                f"directions (its difference quotients do not settle) where TensorFlow's registered gradient on the "
+                f"path is a surrogate, not a derivative: it cannot be checked numerically.",
+                sources=self._sources(group), outputs=group.outputs)))
 
     def _differs(self, a: Attempt) -> bool:
         """A difference from finite differences beyond the bound was measured along the attempt's line: a

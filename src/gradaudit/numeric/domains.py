@@ -130,8 +130,6 @@ ASSUMING = frozenset({*DISTRIBUTION_LABELS, "SparseSoftmaxCrossEntropyWithLogits
                       # matrix, a rank-deficient QR
                       "Svd", "SelfAdjointEigV2", "Eig", "Cumprod", "Qr", "MatrixDeterminant",
                       "LogMatrixDeterminant", "Cholesky", "MatrixSquareRoot",
-                      # a nearest-neighbour crop hands its boxes the bilinear crop's gradient: a surrogate
-                      "CropAndResize",
                       # a scatter update's gradient hands every update its part: the derivative for distinct rows only
                       *SCATTER_UPDATES})
 
@@ -170,6 +168,9 @@ class Domains:
     reach: dict[OpRef, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
     # the ops with a kink on a forward path; None when the graph was not read (any op may have one)
     kinks: list[Kink] | None = None
+    # ops whose registered gradient, as their attrs configure it, is a surrogate: op -> what it does
+    # (graph.dataflow.SURROGATE_GRADIENTS: a nearest-neighbour CropAndResize's boxes)
+    surrogates: dict[OpRef, str] = field(default_factory=dict)
 
     def kink_on(self, sources: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str]
                 ) -> tuple[bool, OpRef | None]:
@@ -204,22 +205,23 @@ class Domains:
 
 
 def _suspects_reach(analysis) -> dict[OpRef, tuple[frozenset[str], frozenset[str]]]:
-    """(sources, outputs) that each ASSUMING op and each custom-gradient op lies between."""
+    """(sources, outputs) that each ASSUMING op, each op whose gradient is a surrogate and each custom-gradient op
+    lies between."""
     reach = {}
     for node in analysis.graph.ops.values():
-        if node.ref.op_type in ASSUMING or node.custom_gradient:
+        if node.ref.op_type in ASSUMING or node.custom_gradient or getattr(node, "surrogate", None):
             src, out = analysis.op_masks(node)
             reach[node.ref] = (frozenset(analysis.source_names(src)), frozenset(analysis.output_names(out)))
     return reach
 
 
-def infer(analysis) -> Domains:
-    """Domains of the signature inputs of a finished StaticAnalysis (empty without one)."""
-    if analysis is None or getattr(analysis, "graph", None) is None:
-        return Domains()
+def _op_domains(analysis) -> Domains:
+    """What the graph's ops tell: those whose registered gradient assumes something or is a surrogate (as their
+    attrs configure it), the custom gradients' and those ops' pairs, the ops with a kink on a forward path."""
     g = analysis.graph
-    domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING},
-                                      key=lambda r: (r.function, r.op_name)), kinks=[])
+    surrogates = {n.ref: n.surrogate for n in g.ops.values() if getattr(n, "surrogate", None)}
+    domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING} | set(surrogates),
+                                      key=lambda r: (r.function, r.op_name)), kinks=[], surrogates=surrogates)
     domains.reach.update(_suspects_reach(analysis))
     for node in sorted((n for n in g.ops.values() if n.ref.op_type in KINK_OPS),
                        key=lambda n: (n.ref.function, n.ref.op_name)):
@@ -228,6 +230,15 @@ def infer(analysis) -> Domains:
             assert domains.kinks is not None
             domains.kinks.append(Kink(node.ref, frozenset(analysis.source_names(src)),
                                       frozenset(analysis.output_names(out))))
+    return domains
+
+
+def infer(analysis) -> Domains:
+    """Domains of the signature inputs of a finished StaticAnalysis (empty without one)."""
+    if analysis is None or getattr(analysis, "graph", None) is None:
+        return Domains()
+    g = analysis.graph
+    domains = _op_domains(analysis)
     if not getattr(analysis, "input_tensor", None):
         return domains
     variable_shapes = {t: analysis.sources[i].shape for i, t in analysis.source_tensor.items()
