@@ -32,8 +32,6 @@ NEARBY = 1e-2
 FAR = 10.0
 # Balancing weights of the variables of a joint check stay within [1/limit, limit].
 BALANCE_LIMIT = {"float64": 10.0, "native": 10.0}
-# Op types whose gradient is a deliberate surrogate for a piecewise-constant forward: quantisers, and the
-# stop_gradient of a hand-written straight-through estimator.
 # What to do about an op whose registered gradient TensorFlow makes a surrogate (graph.dataflow.SURROGATE_GRADIENTS,
 # read from its attrs: Domains.surrogates), by op type.
 TENSORFLOW_SURROGATE_FIXES = {
@@ -41,6 +39,8 @@ TENSORFLOW_SURROGATE_FIXES = {
                      "is the derivative; if they are not, put tf.stop_gradient on them. Nothing to do if the "
                      "bilinear surrogate is intended.",
 }
+# Op types whose gradient is a deliberate surrogate for a piecewise-constant forward: quantisers, and the
+# stop_gradient of a hand-written straight-through estimator.
 QUANTISERS = frozenset({
     "FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel",
     "QuantizeAndDequantizeV2", "QuantizeAndDequantizeV3", "QuantizeAndDequantizeV4",
@@ -541,8 +541,7 @@ class Checker:
         (Domains.surrogates), or None."""
         if self.s.op_types & (QUANTISERS | STOP_OPS):
             return None
-        made = self.s.domains.on_path(sorted(self.s.domains.surrogates, key=lambda r: (r.function, r.op_name)),
-                                      self._sources(group), group.outputs)
+        made = self.s.domains.on_path(list(self.s.domains.surrogates), self._sources(group), group.outputs)
         return made[0] if made else None
 
     def _surrogate_finding(self, made: OpRef | None, finding: Finding) -> Finding:

@@ -168,8 +168,8 @@ class Domains:
     reach: dict[OpRef, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
     # the ops with a kink on a forward path; None when the graph was not read (any op may have one)
     kinks: list[Kink] | None = None
-    # ops whose registered gradient, as their attrs configure it, is a surrogate: op -> what it does
-    # (graph.dataflow.SURROGATE_GRADIENTS: a nearest-neighbour CropAndResize's boxes)
+    # ops whose registered gradient, as their attrs configure it, is a surrogate: op -> what it does, in the order
+    # of `assuming` (graph.dataflow.SURROGATE_GRADIENTS: a nearest-neighbour CropAndResize's boxes)
     surrogates: dict[OpRef, str] = field(default_factory=dict)
 
     def kink_on(self, sources: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str]
@@ -209,7 +209,7 @@ def _suspects_reach(analysis) -> dict[OpRef, tuple[frozenset[str], frozenset[str
     lies between."""
     reach = {}
     for node in analysis.graph.ops.values():
-        if node.ref.op_type in ASSUMING or node.custom_gradient or getattr(node, "surrogate", None):
+        if node.ref.op_type in ASSUMING or node.custom_gradient or node.surrogate:
             src, out = analysis.op_masks(node)
             reach[node.ref] = (frozenset(analysis.source_names(src)), frozenset(analysis.output_names(out)))
     return reach
@@ -219,7 +219,8 @@ def _op_domains(analysis) -> Domains:
     """What the graph's ops tell: those whose registered gradient assumes something or is a surrogate (as their
     attrs configure it), the custom gradients' and those ops' pairs, the ops with a kink on a forward path."""
     g = analysis.graph
-    surrogates = {n.ref: n.surrogate for n in g.ops.values() if getattr(n, "surrogate", None)}
+    surrogates = {n.ref: n.surrogate for n in sorted(g.ops.values(), key=lambda n: (n.ref.function, n.ref.op_name))
+                  if n.surrogate}
     domains = Domains(assuming=sorted({n.ref for n in g.ops.values() if n.ref.op_type in ASSUMING} | set(surrogates),
                                       key=lambda r: (r.function, r.op_name)), kinks=[], surrogates=surrogates)
     domains.reach.update(_suspects_reach(analysis))

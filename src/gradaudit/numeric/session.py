@@ -437,7 +437,7 @@ def _check(model: _Model, session: _Session, use64: bool, loads: ModelLoads | No
     except ModelError as exc:
         if use64:
             raise _Float64Failed(f"the float64 copy does not run: {exc}", str(exc)) from exc
-        failed = _model_error(exc, groups, plan, dtype, _synthesised_structure(plan, options))
+        failed = _model_error(exc, groups, plan, dtype, synthesised_structure(plan, options))
         return replace(failed, results=results + failed.results, notes=notes + failed.notes)
     return NumericOutcome(results + checker.results, unseen_findings + checker.findings, notes + checker.notes)
 
@@ -454,7 +454,7 @@ def _not_given(plan: Plan, options: NumericOptions) -> list[str]:
             f"{'it was' if len(missing) == 1 else 'they were'} synthesised as without --inputs."]
 
 
-def _synthesised_structure(plan: Plan, options: NumericOptions) -> list[str]:
+def synthesised_structure(plan: Plan, options: NumericOptions) -> list[str]:
     """The integer inputs that were synthesised (not read from --inputs): indices, lengths, row splits, segment
     ids whose valid values the graph may not tell."""
     given = given_inputs(options.inputs_file)

@@ -90,6 +90,7 @@ def _refused(error: str, outcome: StabilityOutcome) -> str:
 def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
     from ..numeric.inputs import InputError, given_inputs
     from ..numeric.runner import ModelError, signature_variables
+    from ..numeric.session import synthesised_structure
     from .probes import ProbeConfig, Prober
     from .second_order import run_second_order
 
@@ -104,8 +105,7 @@ def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) 
     if base is None:
         outcome.notes.append("Stability probes skipped: no float output, or no differentiable float source.")
         return
-    given = given_inputs(n.inputs_file)
-    outcome.synthesised = tuple(sorted(k for k, spec in plan.specs.items() if spec.dtype.is_integer and k not in given))
+    outcome.synthesised = tuple(synthesised_structure(plan, n))
     loaded = loads.get(False)
     base = _batch_point(loaded, plan, base, options, outcome)
     base = _in_domain(loaded.fn, plan, base, given_inputs(n.inputs_file), outcome)
