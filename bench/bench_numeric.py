@@ -151,8 +151,8 @@ import numpy as np
 from gradaudit.api import AuditOptions, audit_saved_model
 from gradaudit.numeric.runner import Runner
 from gradaudit.progress import observed
-from gradaudit.stability.forensics import Forensics
-from gradaudit.stability.precision import FrozenRuns
+from gradaudit.numeric.forensics import Forensics
+from gradaudit.numeric.precision import FrozenRuns
 phase = ["read saved_model.pb"]
 counts, times = Counter(), Counter()
 def rows_of(runner):

@@ -18,8 +18,8 @@ import time
 
 def main(path: str) -> None:
     from gradaudit.api import audit_saved_model
+    from gradaudit.numeric import local
     from gradaudit.results import AuditOptions
-    from gradaudit.stability import local
 
     spent: dict[str, float] = collections.defaultdict(float)
     run = local.LocalChecker.run

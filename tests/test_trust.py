@@ -47,7 +47,7 @@ def test_timeout_exit_codes(slow_model, tmp_path):
 
 
 @pytest.mark.parametrize("stage, target", [
-    ("running the stability probes", "gradaudit.stability._run"),
+    ("running the stability probes", "gradaudit.numeric.stability._run"),
     ("running the numeric checks", "gradaudit.numeric.session.run_session"),
     ("running the static rules", "gradaudit.static.flow_rules.check"),
 ])

@@ -298,7 +298,7 @@ LocalStatus = Literal["pass", "fail", "undecided"]
 
 @dataclass(frozen=True)
 class LocalCheck:
-    """One op's gradient checked on its own at the values the model's forward gave it (stability/local.py):
+    """One op's gradient checked on its own at the values the model's forward gave it (numeric/local.py):
     `kind` "op" (TensorFlow's registered gradient) or "custom_gradient" (one the model's author wrote, checked as
     the region it replaces); `dtype` the precision it ran in; `shared` how many instances of the same type,
     attributes and input shapes this check stands for (ops linear in their inputs: their gradient is a formula of

@@ -156,7 +156,7 @@ class _LocalMode:
         mode = self._options.local_checks
         if mode != "auto":
             return mode == "always"
-        from .stability.local import LARGE_MODEL, model_parameters
+        from .numeric.local import LARGE_MODEL, model_parameters
 
         try:
             fn = self._function()
@@ -181,7 +181,7 @@ def _numeric(static: StaticResult, path: str, options: AuditOptions, loads, loca
     if checked is None:
         return _located(static, options, loads, part)
     outcome, verdict = checked
-    from .stability import local as stage
+    from .numeric import local as stage
 
     found = stage.findings(outcome, static.analysis, confirmed=not _whole_model_passed(part))
     return replace(part, findings=tuple(found) + part.findings,
@@ -213,7 +213,7 @@ def _folded(part: NumericPart, mismatches: list, outcome, analysis) -> NumericPa
     gradients checked with the cotangent the model's backward hands them, or, in a model that holds none, the ops
     whose registered gradient (TensorFlow's own) is not their derivative at the values the model gave them (an
     Xlogy at x = 0), the only gradients the model's can be composed of."""
-    from .stability import local as stage
+    from .numeric import local as stage
 
     custom = any(c.kind == "custom_gradient" for c in outcome.checks)
     found = [f for f in stage.findings(outcome, analysis)
@@ -247,9 +247,10 @@ def _whole_model_passed(part: NumericPart) -> bool:
 def _local_checks(static: StaticResult, options: AuditOptions, loads):
     """(the local checks' outcome at the numeric checks' point, the verdict they give the model or None), or None
     when there is no point to check (the numeric checks say why)."""
+    from .numeric import local
     from .numeric.inputs import InputError
     from .numeric.session import random_ops
-    from .stability import local, probe_start
+    from .numeric.stability import probe_start
 
     try:
         _plan, point = probe_start(loads, static.analysis, _numeric_options(options))
@@ -277,7 +278,7 @@ def _numeric_task(static: StaticResult, options: AuditOptions, progress: Callabl
 
 
 def _stability_options(options: AuditOptions, local: bool = False):
-    from .stability import DEFAULT_SCALES, StabilityOptions
+    from .numeric.stability import DEFAULT_SCALES, StabilityOptions
 
     numeric = _numeric_options(options)
     if not options.inputs_file:  # the ladder needs no batch: one example halves its cost on large models
@@ -294,7 +295,7 @@ def _probe_part(outcome) -> ProbePart:
 
 
 def _probe_outcome(analysis, path: str, options: AuditOptions, key: str, loads=None, local: bool = False):
-    from .stability import run_stability
+    from .numeric.stability import run_stability
 
     say("stability probes" + (" and second order" if options.order == 2 else ""))
     return run_stability(path, options.tags, key, analysis, _stability_options(options, local), loads)
@@ -306,7 +307,7 @@ def _probes(static: StaticResult, path: str, options: AuditOptions, loads, local
 
 
 def _precision(static: StaticResult, options: AuditOptions, loads) -> PrecisionPart:
-    from .stability.precision import run_precision
+    from .numeric.precision import run_precision
 
     if options.precision:
         say(f"precision: {options.precision}")
@@ -357,7 +358,7 @@ def _numeric_traced(static: StaticResult, traced, options: AuditOptions, saved: 
     part = _numeric_part(run_numeric_function(traced.fn, task, variable_names=traced.variable_names))
     if checked is None or copy is None:
         return part
-    from .stability import local as stage
+    from .numeric import local as stage
 
     outcome, verdict = checked
     found = tuple(saved.renamed(f) for f in stage.findings(outcome, copy.analysis,
@@ -496,7 +497,7 @@ def _precision_traced(static: StaticResult, saved: _SavedCopy, options: AuditOpt
     """--precision on the saved copy, as on a SavedModel; sources keep their names (the copy's inputs and
     variables are the traced graph's) and the ops named are the traced graph's. The model's own compute dtype
     is read from the traced graph."""
-    from .stability.precision import run_precision
+    from .numeric.precision import run_precision
 
     if not options.precision:
         outcome = run_precision(None, static.analysis, _stability_options(options), None)

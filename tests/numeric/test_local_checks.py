@@ -1,4 +1,4 @@
-"""Local checks (stability/local.py): each op's gradient on its own at the values the model's forward gave it.
+"""Local checks (numeric/local.py): each op's gradient on its own at the values the model's forward gave it.
 
 The truth is TensorFlow's: the wrong gradients here are written on purpose (a custom gradient 1% off, a gradient
 override on Sin), and the test measures on the loaded model, with tf.GradientTape against central differences in
@@ -439,7 +439,7 @@ def test_a_large_arrays_step_a_block_at_a_time_is_the_one_expressions_numbers(dt
     """The local checks step a large weight a block at a time: the array fed is x + t·d rounded as numpy rounds
     it in one expression, and the prediction is <g, fed - x> in float64, over blocks that do not divide the
     array evenly."""
-    from gradaudit.stability import local
+    from gradaudit.numeric import local
 
     rng = np.random.default_rng(3)
     size = 5 * local._BLOCK + 1234

@@ -281,7 +281,7 @@ def test_the_probes_stopped_by_a_kernel_refusing_synthesised_integers_say_so_and
     """Wording: where integer inputs were made up here, a kernel refusing the values during the probes is the
     inputs being outside what the model accepts (the audit's incomplete line asks for --inputs); with every integer
     input given, or another error, TensorFlow's words stand."""
-    from gradaudit.stability import StabilityOutcome, _refused
+    from gradaudit.numeric.stability import StabilityOutcome, _refused
 
     error = "InvalidArgumentError: indices[0] = [3, 3] does not index into param shape [5,3,4]"
     made_up = StabilityOutcome(synthesised=("idx",))

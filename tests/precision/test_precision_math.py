@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gradaudit.stability.precision_math import classify, limits, settled_loss_scale
+from gradaudit.numeric.precision_math import classify, limits, settled_loss_scale
 
 DTYPES = {"float16": tf.float16, "bfloat16": tf.bfloat16}
 

@@ -12,10 +12,10 @@ import pytest
 import tensorflow as tf
 
 from gradaudit.api import AuditOptions, audit_saved_model
+from gradaudit.numeric import precision
+from gradaudit.numeric.forensics import Forensics
+from gradaudit.numeric.probes import dense
 from gradaudit.numeric.runner import Runner
-from gradaudit.stability import precision
-from gradaudit.stability.forensics import Forensics
-from gradaudit.stability.probes import dense
 
 from .test_precision import Loop  # a While loop: TensorFlow cannot run the frozen copy of its graph
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 from helpers import save_module
 
 from gradaudit.api import AuditOptions, audit_saved_model
-from gradaudit.stability.probes import Prober
+from gradaudit.numeric.probes import Prober
 
 SPEC = [tf.TensorSpec([None, 3], tf.float32, name="x")]
 
@@ -74,7 +74,7 @@ def test_batched_ladder_reports_what_probing_each_point_alone_reports(tmp_path, 
 def test_passes_of_several_stacks_share_one_traced_gradient_and_report_the_same(tmp_path, monkeypatch, module):
     """With 9 rows a pass, the 21 points take stacks of 8, 8 and 5 (padded to 8 with its last point): one Runner,
     whose gradient is traced once, and the rows and findings of probing each point alone."""
-    from gradaudit.stability import probes
+    from gradaudit.numeric import probes
 
     path = save_module(module(), str(tmp_path / module.__name__))
     single, _ = _audit(path, False, monkeypatch)

@@ -15,7 +15,7 @@ def forensics(samples):
 
     from gradaudit.flow import analyse
     from gradaudit.graph.gradients import GradientOracle
-    from gradaudit.stability.forensics import Forensics
+    from gradaudit.numeric.forensics import Forensics
     from gradaudit.targets.saved_model import SavedModelFile
 
     made, loaded = {}, []

@@ -90,7 +90,7 @@ def test_without_float64_the_probe_points_stay_inconclusive_and_are_kept(sin_aud
     from gradaudit.flow import analyse
     from gradaudit.graph.gradients import GradientOracle
     from gradaudit.numeric import NumericOptions
-    from gradaudit.stability import StabilityOptions, run_stability
+    from gradaudit.numeric.stability import StabilityOptions, run_stability
     from gradaudit.targets.saved_model import SavedModelFile
 
     path = _sin_model(str(tmp_path / "sin"), 0.5)

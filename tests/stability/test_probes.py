@@ -163,7 +163,7 @@ def test_stability_list_matches_the_json_schema(audited, name):
 
 
 def test_scales_outside_the_dtype_are_skipped():
-    from gradaudit.stability.probes import valid_scales
+    from gradaudit.numeric.probes import valid_scales
 
     kept, skipped = valid_scales((0.0, 1e-30, 1e-3, 1e4, 1e5), [np.float16])
     assert kept == [0.0, 1e-3, 1e4] and skipped == [1e-30, 1e5]

@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..model import CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef, Severity
+from ..model import ALL_VARIABLES, CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef, Severity
 from ..rules import numeric as rules
-from . import ALL_VARIABLES, sweep
+from . import sweep
 from .domains import Domains
 from .runner import VARIABLE_WRITES, Runner
 from .sweep import Estimate, Ladder

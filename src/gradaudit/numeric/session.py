@@ -11,15 +11,26 @@ from typing import Any
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..model import EVERY_OUTPUT, EVERY_SOURCE, CheckedOutputs, Finding, FlowEntry, NumericResult, OpRef, Output, Source
+from ..model import (
+    ALL_VARIABLES,
+    EVERY_OUTPUT,
+    EVERY_SOURCE,
+    CheckedOutputs,
+    Finding,
+    FlowEntry,
+    NumericResult,
+    OpRef,
+    Output,
+    Source,
+)
 from ..rules import numeric as rules
-from . import ALL_VARIABLES, LocalVerdict, NumericOptions, NumericOutcome, NumericTask
 from .checks import Checker, Group, Settings
 from .domains import Domains
 from .inputs import InputError, given_inputs, synthesise, synthesised_notes
 from .runner import ModelError, ModelLoads, PositionalFunction, Runner, UncutDerivative, describe, signature_variables
 from .savedmodel import SavedModelInfo
 from .sweep import Floor, ladder_for
+from .task import LocalVerdict, NumericOptions, NumericOutcome, NumericTask
 from .upcast import float64_blockers
 
 EPS = {"float16": 9.77e-4, "bfloat16": 7.82e-3, "float32": 1.19e-7, "float64": 2.22e-16}

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..model import Finding, LocalCheck, NumericResult, StabilityResult
-from ..numeric import NumericOptions
 from ..results import HazardVerdict, RaisedAt
 from .probes import DEFAULT_SCALES, FORWARD_RAISES
+from .task import NumericOptions
 
 __all__ = ["DEFAULT_SCALES", "StabilityOptions", "StabilityOutcome", "run_stability"]
 
@@ -55,7 +55,7 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
     is read and loaded here and closed at the end.
     """
     from ..errors import InternalError, raised_by_tensorflow
-    from ..numeric.runner import ModelLoads
+    from .runner import ModelLoads
 
     outcome = StabilityOutcome()
     own = loads is None
@@ -67,7 +67,7 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
     except Exception as exc:
         if not raised_by_tensorflow(exc):
             raise InternalError("running the stability probes", exc) from exc
-        from ..numeric.runner import describe
+        from .runner import describe
 
         outcome.stopped = _refused(describe(exc), outcome)  # TensorFlow failed on the model: it could not be probed
     finally:
@@ -79,7 +79,7 @@ def run_stability(model_dir: str, tags: tuple[str, ...], signature: str, analysi
 def _refused(error: str, outcome: StabilityOutcome) -> str:
     """Why the probes stopped: a kernel refusing values where integer inputs were made up here is the synthesised
     inputs being outside what the model accepts (give --inputs), said as such; any other error as TensorFlow said it."""
-    from ..numeric.session import VALUE_ERRORS
+    from .session import VALUE_ERRORS
 
     if outcome.synthesised and error.startswith(VALUE_ERRORS):
         return (f"the synthesised inputs are outside what the model accepts ({', '.join(outcome.synthesised)} "
@@ -88,11 +88,11 @@ def _refused(error: str, outcome: StabilityOutcome) -> str:
 
 
 def _run(loads, analysis, options: StabilityOptions, outcome: StabilityOutcome) -> None:
-    from ..numeric.inputs import InputError, given_inputs
-    from ..numeric.runner import ModelError, signature_variables
-    from ..numeric.session import synthesised_structure
+    from .inputs import InputError, given_inputs
     from .probes import ProbeConfig, Prober
+    from .runner import ModelError, signature_variables
     from .second_order import run_second_order
+    from .session import synthesised_structure
 
     info = loads.info
     n = options.numeric
@@ -145,7 +145,7 @@ def _batch_point(loaded, plan, base: dict, options: StabilityOptions, outcome: S
     for one example change with the others of its batch (said in a note)."""
     import numpy as np
 
-    from ..numeric.inputs import synthesise
+    from .inputs import synthesise
 
     n = options.numeric
     if n.batch_size >= options.batch_size:
@@ -170,7 +170,7 @@ def _in_domain(fn, plan, base: dict, given: frozenset[str], outcome: StabilityOu
     outside the function's domain and nothing would be observed."""
     import numpy as np
 
-    from ..numeric.inputs import absolute_point
+    from .inputs import absolute_point
 
     def finite(point: dict) -> bool:
         try:
@@ -226,9 +226,9 @@ def probe_start(loads, analysis, numeric: NumericOptions):
     """The plan of the runs that move the model's inputs (the probes, the precision check) and their base point,
     synthesised as the numeric checks make it; the point is None when there is no float output or no
     differentiable float source. Raises numeric.inputs.InputError when no input can be made."""
-    from ..numeric.domains import infer
-    from ..numeric.inputs import synthesise
-    from ..numeric.session import Plan
+    from .domains import infer
+    from .inputs import synthesise
+    from .session import Plan
 
     plan = Plan(loads.info, analysis.sources, analysis.outputs, analysis.flow, infer(analysis))
     if not plan.float_outputs or not (plan.input_sources or plan.variable_sources):
@@ -299,7 +299,7 @@ def _mixes_examples(fn, point: dict, outputs: list[str], batched: frozenset[str]
     cut row by row, the others, a fixed-shape seed, as they are)."""
     import numpy as np
 
-    from ..numeric.runner import ModelError
+    from .runner import ModelError
 
     def run(feed: dict) -> dict:
         return {o: np.asarray(v, np.float64) for o, v in fn(**feed).items() if o in outputs}

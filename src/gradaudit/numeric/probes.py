@@ -21,8 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..model import Finding, LocalCheck, NumericResult, ProbeStatus, StabilityResult
-from ..numeric import ALL_VARIABLES
+from ..model import ALL_VARIABLES, Finding, LocalCheck, NumericResult, ProbeStatus, StabilityResult
 from .forensics import Culprit
 from .local import shared_forensics
 
@@ -204,7 +203,7 @@ class _Stack:
         self._runner: Any = None
 
     def runner(self, prober: Prober, stacked: dict[str, np.ndarray]):
-        from ..numeric.runner import Runner
+        from .runner import Runner
 
         if self._runner is None:
             self._runner = Runner(prober.loaded.fn, stacked, prober.plan.input_sources, prober.variables,
@@ -291,7 +290,7 @@ class Prober:
         """The numeric checks' Runner for u·f, over one output or (None) all of them; without variables, the
         gradient pass leaves the variables' gradients out (a ResNet50's backward to its weights costs as
         much as the one to its input)."""
-        from ..numeric.runner import Runner, signature_variables
+        from .runner import Runner, signature_variables
 
         if len(self.plan.float_outputs) == 1:
             output = None  # one runner serves both
@@ -343,8 +342,8 @@ class Prober:
     def float64(self) -> bool:
         """Load the float64 copy once; False (with a note) when it cannot be made."""
         if self._f64 is None:
-            from ..numeric.runner import describe
-            from ..numeric.upcast import float64_blockers
+            from .runner import describe
+            from .upcast import float64_blockers
 
             self._f64 = False
             if not self.upcast:
@@ -366,7 +365,7 @@ class Prober:
     def float64_gradients(self, point: dict[str, np.ndarray], output: str | None, with_variables: bool = True):
         """`gradients` of the float64 copy, None without one; a copy that loads but cannot run (a compiled
         XlaCallModule fixed to float32) is dropped, whatever the error, and the probes go on without it."""
-        from ..numeric.runner import ModelError
+        from .runner import ModelError
 
         if not self.float64():
             return None
@@ -431,7 +430,7 @@ class Prober:
         """TensorFlow's reason when the loaded model's forward alone raises at `point`, else None."""
         import tensorflow as tf
 
-        from ..numeric.runner import describe
+        from .runner import describe
 
         try:
             self.loaded.fn(**{k: tf.constant(v, self.plan.specs[k].dtype) for k, v in point.items()
@@ -444,7 +443,7 @@ class Prober:
     def observe(self, config: tuple[str, ...], scale: float, sign: int) -> dict[tuple[str, str], Observation]:
         """What every (source, output) pair does at the probe point (config, scale, sign), or (scale GIVEN) at
         the base point itself: the inputs given with --inputs."""
-        from ..numeric.runner import ModelError
+        from .runner import ModelError
 
         point = dict(self.base) if scale == GIVEN else self.point(config, scale, sign)
         try:
@@ -543,7 +542,7 @@ class Prober:
         return next(iter(sizes))
 
     def _finite_chunk(self, config, chunk: list[tuple[float, int]], rows: int, stack: _Stack) -> list[bool] | None:
-        from ..numeric.runner import ModelError
+        from .runner import ModelError
 
         # a shorter chunk repeats its last point up to the stack's size: every pass has the shapes of the first,
         # whose traced gradient it reuses (a ResNet50's backward costs about a second to trace)
@@ -640,8 +639,8 @@ class Prober:
         """The model's float32 gradient against its float64 copy's at `point` (own_precision), for a float32 model
         with a float64 copy; `where` names the point in messages, `scale` is its signed probe scale. `check` False:
         only decide whether the model is compared."""
-        from ..numeric.runner import ModelError
         from . import own_precision
+        from .runner import ModelError
 
         if self._own is None:
             why = own_precision.wanted(self)
@@ -736,7 +735,7 @@ class Prober:
         """(group, result) of each check at the point `at` = (outputs, input gradients, variable gradients)
         the runner sits at, the probe point `probe`: `groups`, or every input of `probe.config` with its output
         groups (a group of several outputs all inconclusive is checked again output by output)."""
-        from ..numeric.checks import Checker, Group
+        from .checks import Checker, Group
 
         f64 = dtype == "float64" and self.plan.native != "float64"
         checker = Checker(runner, self.settings(runner, dtype, f64, (probe.scale, probe.sign) in CHECKED_WRITTEN),
@@ -773,9 +772,9 @@ class Prober:
         """The numeric checks' Settings at a probe point, in `dtype` (`f64`: on the float64 copy of a model that
         is not float64; `small`: a CHECKED_WRITTEN point, session.COPY_AGREEMENT): strict, as a probe point's
         extremes ask."""
-        from ..numeric.checks import Settings
-        from ..numeric.session import EPS, RESOLUTION, check_floor
-        from ..numeric.sweep import ladder_for
+        from .checks import Settings
+        from .session import EPS, RESOLUTION, check_floor
+        from .sweep import ladder_for
 
         eps = EPS[dtype]
         return Settings(dtype=dtype, upcast=f64, eps=eps, ladder=ladder_for(eps, f64),
@@ -788,8 +787,8 @@ class Prober:
     def _probe_groups(self, runner, inputs) -> list:
         """Every input of `inputs` with each of its output groups, and the runner's variables (when it has them,
         `variables_at_probe_points`) in its order."""
-        from ..numeric.checks import Group
-        from ..numeric.session import variable_groups
+        from .checks import Group
+        from .session import variable_groups
 
         groups = [Group(n, outs, inputs=[n]) for n in inputs for outs in self.plan.output_groups(n)]
         if runner.vars:
@@ -800,7 +799,7 @@ class Prober:
         """outs -> (the cotangent on `outs` only, zero on the others, and its gradient Point at `at`), each computed
         once: a check labelled with some outputs differentiates and differences those alone, never an output
         the source reaches only through a stop_gradient."""
-        from ..numeric.checks import Point
+        from .checks import Point
 
         out, g_in, g_var = at
         points: dict[tuple[str, ...], tuple[dict[str, np.ndarray], Point]] = {}
@@ -819,7 +818,7 @@ class Prober:
 
     def _uncut(self, runner):
         """The float64 copy without its cuts, for the runner's sources (one per set of variables)."""
-        from ..numeric.runner import UncutDerivative
+        from .runner import UncutDerivative
 
         key = tuple(runner.var_names)
         if key not in self._uncuts:

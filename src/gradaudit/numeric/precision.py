@@ -21,9 +21,11 @@ from ..rules import hazards as rules
 from .forensics import Forensics
 from .precision_math import (
     LOST,
+    NOT_COMPUTED,
     Classes,
     came_back,
     classify,
+    compute_dtype,
     limits,
     magnitudes,
     pct,
@@ -33,14 +35,11 @@ from .precision_math import (
 )
 from .probes import same_point
 
-# Ops whose output is not computed: the frozen graph's inputs and its variables as constants.
-NOT_COMPUTED = frozenset({"Const", "Placeholder"})
 # Ops that only pass a value on: an underflow is the producing op's, not theirs.
 PASS_THROUGH = frozenset({"Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "Transpose"})
 # Consumers that turn a zero into -inf, inf or NaN (for divisions: as the denominator, input 1).
 SINGULAR = frozenset({"Log", "Reciprocal", "Inv", "Rsqrt", "Sqrt", "Pow"})
 DIVISIONS = frozenset({"RealDiv", "Div", "Xdivy", "FloorDiv"})
-HALF_DTYPES = {19: "float16", 14: "bfloat16"}  # DT_HALF, DT_BFLOAT16
 FIX = {
     "Exp": "compute it in float32 (a layer with dtype='float32' under the mixed_float16 policy), or use a stable "
            "form: tf.nn.softmax, tf.math.reduce_logsumexp or tf.math.softplus instead of exp",
@@ -61,33 +60,10 @@ class PrecisionOutcome:
     incomplete: list[str] = field(default_factory=list)  # what was asked and could not be checked, and why
 
 
-def compute_dtype(analysis) -> tuple[str, int, str] | None:
-    """(dtype, count, what is counted) of the Cast ops to float16 or bfloat16 in the static graph: a model that
-    already computes in mixed precision (Keras' mixed_float16 policy casts each layer's inputs to float16); without
-    any, the ops whose outputs are float16 or bfloat16 (a model in a half precision throughout); None without any."""
-    casts: dict[str, int] = {}
-    ops: dict[str, int] = {}
-    graph = analysis.graph
-    for node in graph.ops.values():
-        if node.ref.op_type in NOT_COMPUTED:
-            continue
-        for t in node.outputs:
-            name = HALF_DTYPES.get(graph.dtype[t])
-            if name:
-                counts = casts if node.ref.op_type == "Cast" else ops
-                counts[name] = counts.get(name, 0) + 1
-                break
-    counts, what = (casts, "Cast op(s) to {}") if casts else (ops, "op(s) computing in {}")
-    if not counts:
-        return None
-    name = max(counts, key=lambda k: counts[k])
-    return name, counts[name], what.format(name)
-
-
 def run_precision(loads, analysis, options, target: str | None) -> PrecisionOutcome:
     """The model's own compute dtype (a note, whatever `target`), and with a target dtype its gradients and
     activations cast to it. `options` are the stability probes' (StabilityOptions: the same point and ladder)."""
-    from ..numeric.runner import ModelError
+    from .runner import ModelError
 
     outcome = PrecisionOutcome()
     own = compute_dtype(analysis)
@@ -114,9 +90,9 @@ def _measure(loads, analysis, options, target: str, outcome: PrecisionOutcome, o
     """`own`: the half precision the model computes in already (its float32 ops, when it is `target`, are the
     islands it chose), whose losses are in its own gradients: they are counted on its float64 copy's."""
     islands = own == target
-    from ..numeric.inputs import InputError
-    from ..numeric.runner import signature_variables
-    from . import probe_start
+    from .inputs import InputError
+    from .runner import signature_variables
+    from .stability import probe_start
 
     try:
         plan, base = probe_start(loads, analysis, options.numeric)
@@ -295,8 +271,8 @@ class PointRuns:
 
     def _runner_gradients(self, point: dict[str, np.ndarray], u: dict[str, np.ndarray]) -> dict:
         """The loaded model's gradient pass at a point (numeric.runner.Runner, made on first use)."""
-        from ..numeric.runner import Runner
         from .probes import dense
+        from .runner import Runner
 
         inputs, variables, outputs = self.sources
         if self._runner is None:
@@ -338,7 +314,7 @@ class PointRuns:
     def _forward_only(self, point: dict[str, np.ndarray], grads: dict, forward: bool) -> tuple[dict, list, str | None]:
         """(`grads`, the ops' float values at `point` from a forward run of the frozen graph, why they could not be
         computed or None)."""
-        from ..numeric.runner import describe
+        from .runner import describe
 
         if not forward:
             return grads, [], None
@@ -356,7 +332,7 @@ class ExactGradients:
     in the target dtype already: its own gradients hold the entries that underflowed inside as zeros."""
 
     def __init__(self, fn64, plan, base: dict[str, np.ndarray], variables: list[tuple[str, Any]]):
-        from ..numeric.runner import Runner
+        from .runner import Runner
 
         self.runner = Runner(fn64, base, plan.input_sources, variables, plan.float_outputs)
 
@@ -373,8 +349,8 @@ class ExactGradients:
 
 def _exact_gradients(loads, plan, base: dict[str, np.ndarray], variables: list[str]) -> ExactGradients | str:
     """The float64 copy's gradient runner, or why there is none (its words end the incomplete line)."""
-    from ..numeric.runner import describe, signature_variables
-    from ..numeric.upcast import float64_blockers
+    from .runner import describe, signature_variables
+    from .upcast import float64_blockers
 
     info = loads.info
     blockers = ["no TF2 object graph"] if info.function is None else float64_blockers(info)

@@ -1,6 +1,7 @@
 """What a lower precision does to float values: which flush to zero, which lose bits as subnormals, which
-overflow, and the loss scale a dynamic loss scaler settles on. Plain numpy (ml_dtypes for bfloat16): the
-casts are numpy's own round-to-nearest-even, the arithmetic TensorFlow's Cast kernel does."""
+overflow, the loss scale a dynamic loss scaler settles on, and the dtype a model computes in. Plain numpy
+(ml_dtypes for bfloat16): the casts are numpy's own round-to-nearest-even, the arithmetic TensorFlow's Cast kernel
+does."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ TARGETS = ("float16", "bfloat16")
 LOST = 0.01
 # The loss scale is a float32 value (Keras keeps it in a float32 variable): at most 2**127.
 MAX_EXPONENT = 127
+# Ops whose output is not computed: the frozen graph's inputs and its variables as constants.
+NOT_COMPUTED = frozenset({"Const", "Placeholder"})
+HALF_DTYPES = {19: "float16", 14: "bfloat16"}  # DT_HALF, DT_BFLOAT16
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -150,3 +154,26 @@ def power_of_two(scale: float) -> str:
 def pct(x: float) -> str:
     """A fraction or relative gap as a percentage in messages; "infinitely" for a non-finite one."""
     return "infinitely" if not np.isfinite(x) else f"{100 * x:.3g}%"
+
+
+def compute_dtype(analysis) -> tuple[str, int, str] | None:
+    """(dtype, count, what is counted) of the Cast ops to float16 or bfloat16 in the static graph: a model that
+    already computes in mixed precision (Keras' mixed_float16 policy casts each layer's inputs to float16); without
+    any, the ops whose outputs are float16 or bfloat16 (a model in a half precision throughout); None without any."""
+    casts: dict[str, int] = {}
+    ops: dict[str, int] = {}
+    graph = analysis.graph
+    for node in graph.ops.values():
+        if node.ref.op_type in NOT_COMPUTED:
+            continue
+        for t in node.outputs:
+            name = HALF_DTYPES.get(graph.dtype[t])
+            if name:
+                counts = casts if node.ref.op_type == "Cast" else ops
+                counts[name] = counts.get(name, 0) + 1
+                break
+    counts, what = (casts, "Cast op(s) to {}") if casts else (ops, "op(s) computing in {}")
+    if not counts:
+        return None
+    name = max(counts, key=lambda k: counts[k])
+    return name, counts[name], what.format(name)

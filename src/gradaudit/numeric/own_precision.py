@@ -244,8 +244,8 @@ class Along:
 def along_gap(prober, at64: tuple, flagged: list[Gap], grads: tuple[dict[str, Any], dict[str, Any]]) -> Along:
     """Sweep the float64 copy (its runner at the point, `at64` its (outputs, input gradients, variable gradients))
     along d = g32 - g64 over the flagged sources, each part scaled to its values' magnitude."""
-    from ..numeric import sweep
-    from ..numeric.checks import Checker, Point
+    from . import sweep
+    from .checks import Checker, Point
 
     g32, g64 = grads
     runner = prober.runner(None, True, True)
@@ -350,7 +350,7 @@ def _per_unit(prober, point: dict[str, np.ndarray], out32: dict[str, Any]):
 
 def half_inside(prober) -> str | None:
     """float16 or bfloat16 when the model computes in it inside (Keras' mixed_float16 policy, a float16 island)."""
-    from .precision import compute_dtype
+    from .precision_math import compute_dtype
 
     own = compute_dtype(prober.analysis)
     return own[0] if own else None
@@ -585,7 +585,7 @@ def _forward(gap: float) -> str:
 
 def wanted(prober) -> str | None:
     """Why the two gradients are not compared on this model (None: they are)."""
-    from ..numeric.session import random_ops
+    from .session import random_ops
 
     if prober.plan.native != "float32":
         return f"the model computes in {prober.plan.native}"

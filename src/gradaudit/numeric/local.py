@@ -29,11 +29,11 @@ from typing import Any, Literal
 import numpy as np
 
 from ..model import Finding, LocalCheck, OpRef, Severity
-from ..numeric import sweep
-from ..numeric.domains import ASSUMING, KINK_OPS
-from ..numeric.session import EPS as _EPS
-from ..numeric.session import floor_for
+from . import sweep
+from .domains import ASSUMING, KINK_OPS
 from .forensics import CONTROL_FLOW
+from .session import EPS as _EPS
+from .session import floor_for
 
 # Ops with nothing to check: structure, constants, identities, and the ones whose gradient is a cut the static
 # pass reports (stop_gradient).
@@ -1191,7 +1191,7 @@ def run_local(loads, analysis, point: dict[str, np.ndarray], seed: int,
     """The local checks of every op at `point`: never raises for a model TensorFlow cannot freeze or run there
     (the outcome has no checks and says why in `unchecked`)."""
     from ..errors import raised_by_tensorflow
-    from ..numeric.runner import describe
+    from .runner import describe
 
     checker = LocalChecker(shared_forensics(loads, analysis), np.random.default_rng([seed, 7]), progress, analysis)
     try:
@@ -1207,7 +1207,7 @@ def verdict(outcome: LocalOutcome, analysis=None):
     """The numeric.LocalVerdict the local checks give the whole model, None when they leave it undecided (an op
     undecided or not checkable here: the whole-model checks decide then). With `analysis`, a failure names the
     sources whose gradient crosses the failing inputs (`LocalVerdict.sources`), when the rest passed."""
-    from ..numeric import LocalVerdict
+    from .task import LocalVerdict
 
     failed = outcome.failed
     if failed and all(c.kind == "custom_gradient" and c.op in outcome.decisive for c in failed):
@@ -1269,7 +1269,7 @@ _BUILTIN_FIX = ("TensorFlow's registered gradient of this op is not its derivati
 def _failed_verdict(outcome: LocalOutcome, analysis):
     """The fail verdict of custom gradients that failed their local checks, naming the sources they concern when
     every failure named its inputs and every other check passed."""
-    from ..numeric import LocalVerdict
+    from .task import LocalVerdict
 
     failed = outcome.failed
     first = max(failed, key=lambda c: c.rel_error or 0.0)

@@ -30,7 +30,7 @@ def tf_reason(exc: BaseException) -> str:
     """TensorFlow's own sentence from an exception raised while tracing: the last `XxxError: ...` line
     (a traced function's message starts with "in user code:" and a Python stack)."""
     if not str(exc).strip():  # an `assert` in TensorFlow's own code: said as what it is and where
-        from ..numeric.runner import describe
+        from .runner import describe
 
         return describe(exc)
     lines = [ln.strip() for ln in str(exc).splitlines()]
@@ -90,9 +90,9 @@ class _HessianVector:
 
 def run_second_order(prober, seed: int) -> SecondOrderOutcome:
     """One check per float input and one for the trainable variables together."""
-    from ..numeric import sweep
-    from ..numeric.checks import output_label
-    from ..numeric.session import EPS, FLOOR_ULPS, RESOLUTION
+    from . import sweep
+    from .checks import output_label
+    from .session import EPS, FLOOR_ULPS, RESOLUTION
 
     plan = prober.plan
     use64, why = _precision(prober)
@@ -143,7 +143,7 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
 
 def _precision(prober) -> tuple[bool, str]:
     """Whether the checks differentiate the float64 copy, and why they run in the precision they do."""
-    from ..numeric.runner import ModelError
+    from .runner import ModelError
 
     if not prober.float64():
         return False, "the float64 copy cannot be made (see the notes): the model's own precision"
@@ -156,7 +156,7 @@ def _precision(prober) -> tuple[bool, str]:
 
 def _groups(prober) -> list[tuple[str, list[str]]]:
     """(label, sources) of each check: every connected float input alone, the connected variables together."""
-    from ..numeric import ALL_VARIABLES
+    from ..model import ALL_VARIABLES
 
     plan = prober.plan
     groups = [(n, [n]) for n in plan.input_sources if plan.connected(n)]
@@ -198,7 +198,7 @@ def _line(point: _BasePoint, v: dict[str, np.ndarray], w: dict[str, np.ndarray],
           hw: dict[str, np.ndarray], g0: dict[str, np.ndarray | None], eps: float):
     """The sweep's line along v: phi(t) = <gradient at base + t v, w>, which autodiff predicts moves by
     <H·w, t v> (the module docstring). v, w and H·w are given on the sources checked together, in order."""
-    from ..numeric import sweep
+    from . import sweep
 
     base = point.values
     names = list(v)
@@ -237,7 +237,7 @@ def _result(label: str, shown: CheckedOutputs, est, verdict: str, dtype: str, wh
 
 def _mismatch(failed: list, op: OpRef | None, where: str, dtype: str, float_outputs: list[str]) -> Finding:
     """One second-order-mismatch for the checks one op at fault explains, with each source group's numbers."""
-    from ..numeric.checks import output_label
+    from .checks import output_label
 
     names = [n for group, _, _ in failed for n in group]
     outs = tuple(sorted({o for _, group_outs, _ in failed for o in group_outs}))
