@@ -32,6 +32,7 @@ from ..model import Finding, LocalCheck, OpRef, Severity
 from . import sweep
 from .domains import ASSUMING, KINK_OPS
 from .forensics import CONTROL_FLOW
+from .memory import give_back
 from .session import EPS as _EPS
 from .session import floor_for
 
@@ -338,6 +339,13 @@ class LocalChecker:
         plain, custom = self._ops(outcome)
         if not plain and not custom:
             return outcome
+        try:
+            self._run(plain, custom, feed, outcome)
+        finally:
+            give_back()  # the recorded values and the float64 chunks are freed: the probes' passes come next
+        return outcome
+
+    def _run(self, plain: list[Any], custom: list[Any], feed: dict[str, np.ndarray], outcome: LocalOutcome) -> None:
         self.progress(f"local checks: recording {len(plain) + len(custom)} ops")
         values = self._record(plain + custom, feed)
         outcome.runs += 1
@@ -345,7 +353,6 @@ class LocalChecker:
             self._check_plain(chunk, values, outcome)
         for op in custom:
             self._check_custom(op, values, feed, outcome)
-        return outcome
 
     def _record(self, ops: list[Any], feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What the ops receive at `feed`. The last point's values are kept on the shared frozen graph: the float32

@@ -24,6 +24,7 @@ import numpy as np
 from ..model import ALL_VARIABLES, Finding, LocalCheck, NumericResult, ProbeStatus, StabilityResult
 from .forensics import Culprit
 from .local import shared_forensics
+from .memory import give_back
 
 # 1e2, 3e2 and 6e2 cover float32's exp overflow (x > 88.7) below float64's (x > 709.8), where the float64
 # copy tells a float32 overflow from a true one; 1e1 the moderate values between the synthesised point's and those.
@@ -520,6 +521,7 @@ class Prober:
         for start in range(0, len(points), per_batch):
             chunk = points[start:start + per_batch]
             finite += self._finite_chunk(config, chunk, rows, stack) or [False] * len(chunk)
+            give_back()  # the pass's stacked rows, activations and gradients are freed before the next one
         return finite
 
     def _rows_per_pass(self) -> int:
