@@ -11,6 +11,10 @@ from typing import Any, Literal
 # that does not exist, and wire.decode refuses one the child did not have.
 FlowStatus = Literal["connected", "blocked", "disconnected", "unknown"]
 CheckStatus = Literal["pass", "fail", "inconclusive", "skipped", "error"]
+# why a numeric check did not decide, where that says what would: no input could be built to run the model, two
+# evaluations at the same point differ (real inputs do not help), or inputs made up here may be outside what the
+# model accepts (real examples with --inputs decide)
+UndecidedCause = Literal["no_input", "nondeterministic", "synthesised_inputs"]
 ProbeStatus = Literal["ok", "nonfinite_gradient", "nonfinite_forward"]
 TargetKind = Literal["saved_model", "python", "keras"]
 # the stage that wrote a note (results.Stage), or "" in a JSON report read back that does not say
@@ -244,6 +248,8 @@ class NumericResult:
     # at the inputs given with --inputs, the difference quotients did not settle (the forward may jump: no
     # derivative there): the point asked about is undecided, whatever the checks at other points say
     unsettled: bool = False
+    # why the check did not decide, as a fact (the reason says it in words); None: not one of these
+    cause: UndecidedCause | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {"source": self.source, "output": self.outputs.label, "status": self.status,
@@ -261,6 +267,8 @@ class NumericResult:
             d["every_source"] = True
         if self.unsettled:
             d["unsettled"] = True
+        if self.cause:
+            d["cause"] = self.cause
         return d
 
     def __post_init__(self) -> None:

@@ -208,13 +208,16 @@ def not_checked(report: Report, inputs_given: bool) -> list[str]:
     if errors:
         first = next((n.reason for n in errors if n.reason), "no reason given")
         lines.append(f"{len(errors)} numeric check(s) could not run (first: {first})")
-    unbuilt = [n for n in report.numeric if n.status == "skipped" and (n.reason or "").startswith("no input to run")]
+    unbuilt = [n for n in report.numeric if n.status == "skipped" and n.cause == "no_input"]
     if unbuilt:  # the checks were requested and never ran: no point to run them at
         lines.append(f"numeric checks did not run: {unbuilt[0].reason}")
     undecided = undecided_sources(report)
     if undecided:
-        why = next((n.reason for n in report.numeric if n.source in undecided and n.reason), None)
-        hint = ("" if inputs_given or (why and ("--inputs" in why or "nondeterministic" in why))
+        row = next((n for n in report.numeric if n.source in undecided and n.reason), None)
+        why = row.reason if row is not None else None
+        # real examples decide unless two runs at the same point differ; a reason about the synthesised inputs
+        # already says to give them
+        hint = ("" if inputs_given or (row is not None and row.cause in ("nondeterministic", "synthesised_inputs"))
                 else "; pass real examples with --inputs")
         lines.append(f"no numeric check could decide the gradient of {', '.join(undecided)}"
                      + (f" ({why})" if why else "") + hint)

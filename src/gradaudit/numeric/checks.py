@@ -17,7 +17,16 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..flow import STOP_OPS
-from ..model import ALL_VARIABLES, CheckedOutputs, CheckStatus, Finding, NumericResult, OpRef, Severity
+from ..model import (
+    ALL_VARIABLES,
+    CheckedOutputs,
+    CheckStatus,
+    Finding,
+    NumericResult,
+    OpRef,
+    Severity,
+    UndecidedCause,
+)
 from ..rules import numeric as rules
 from . import sweep
 from .domains import Domains
@@ -200,7 +209,7 @@ class Checker:
                 self.results.append(NumericResult(
                     source=group.source, outputs=CheckedOutputs.of(group.outputs, r.float_outputs),
                     status="inconclusive", rel_error=None, step=None, dtype=self.s.dtype, evaluations=2,
-                    reason="nondeterministic: two evaluations at the same point differ"))
+                    reason="nondeterministic: two evaluations at the same point differ", cause="nondeterministic"))
                 continue
             group.outputs = outs
             if outs not in points:
@@ -352,7 +361,8 @@ class Checker:
 
         line = sweep.Line(evaluate=evaluate, autodiff=autodiff, scale=scale,
                           sigma_floor=0.5 * self.s.eps * phi_norm, phi_norm=phi_norm,
-                          low_precision_autodiff=not self.s.upcast, phi0=self._phi(u, point.outputs))
+                          low_precision_autodiff=not self.s.upcast, phi0=self._phi(u, point.outputs),
+                          rounding=0.5 * self.s.eps)
         try:
             return examine(line)
         finally:
@@ -393,7 +403,8 @@ class Checker:
                 status="inconclusive", rel_error=None, step=None, dtype=self.s.dtype, evaluations=2,
                 reason="the outputs or the gradient are NaN or Inf at the checked point (numerical "
                        "stability)" + ("" if self.s.given else
-                                    "; if the model's real inputs avoid that, pass them with --inputs")))
+                                    "; if the model's real inputs avoid that, pass them with --inputs"),
+                cause=None if self.s.given else "synthesised_inputs"))
             return
         snapshot = r.snapshot()
         start = (snapshot, point)
@@ -432,10 +443,10 @@ class Checker:
         checked = CheckedOutputs.of(group.outputs, self.runner.float_outputs)
 
         def result(status: CheckStatus, reason: str | None, source: str = group.source, e: Estimate = est,
-                   evals: int = evaluations) -> NumericResult:
+                   evals: int = evaluations, cause: UndecidedCause | None = None) -> NumericResult:
             return NumericResult(source=source, outputs=checked, status=status, rel_error=_finite(e.rel_error),
                                  step=e.step, dtype=self.s.dtype, evaluations=evals, reason=reason,
-                                 bound=_finite(e.rel_threshold(self.s.floor)))
+                                 bound=_finite(e.rel_threshold(self.s.floor)), cause=cause)
 
         judged = self._judge_differences(group, u, attempts)
         if judged is not None and judged.kind == "none":
@@ -510,8 +521,11 @@ class Checker:
                 self.notes.append(
                     f"{group.source}: the static pass found a gradient path to {self._outputs_text(group)}; "
                     f"TensorFlow returns no gradient and the outputs do not move with it at the checked point.")
+        # both zero at synthesised inputs: inputs made up here may mask everything out, which real examples decide
+        masked = status == "inconclusive" and attempts[-1].est.scale == 0.0 and not self.s.given
         self.results.append(replace(result(status, reason), evidence=judged.evidence if judged else None,
-                                    kink_op=kink_op, unsettled=unsettled))
+                                    kink_op=kink_op, unsettled=unsettled,
+                                    cause="synthesised_inputs" if masked else None))
 
     def _far_off(self, attempts: list[Attempt]) -> bool:
         """Whether some line's differences are off the gradient by more than the resolution: differences that grow
@@ -754,7 +768,7 @@ class Checker:
             f"'{op.op_name}' in {op.function}, whose registered gradient assumes its labels are a "
             f"distribution: {doubt.input} reaches those labels through other ops, so whether the "
             f"synthesised {doubt.input} makes them one is unknown; give real examples with --inputs",
-            e=est, evals=evaluations))
+            e=est, evals=evaluations, cause="synthesised_inputs"))
         return True
 
     def _stops(self, group: Group) -> str:

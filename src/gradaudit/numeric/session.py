@@ -22,6 +22,7 @@ from ..model import (
     OpRef,
     Output,
     Source,
+    UndecidedCause,
 )
 from ..rules import numeric as rules
 from .checks import Checker, Group, Settings
@@ -43,7 +44,8 @@ FLOOR_ULPS = 100  # relative discrepancies below 100 eps are never significant
 AGREEMENT = {"float64": 1e-8}
 
 
-# ... and, at the probe points that look for a written gradient wrong only for small inputs (probes.CHECKED_WRITTEN),
+# ... and, at the probe points that look for a written gradient wrong only for small inputs (probes.CHECKED_WRITTEN)
+# or for exact zeros (inputs × 0, where a sigmoid of the input is 0.5),
 # on the float64 copy of a float32 model, relative to the derivative itself: the copy keeps the model's float32
 # constants and the approximations made for float32 (TensorFlow Probability's series for betainc's derivative in b:
 # 2.3e-7 off at p = 0.5), so a discrepancy within a few float32 rounding units of the derivative is the model's own
@@ -193,17 +195,17 @@ class _Session:
     progress: Callable[[str], None]
 
 
-def _skipped(source: str, reason: str) -> NumericResult:
+def _skipped(source: str, reason: str, cause: UndecidedCause | None = None) -> NumericResult:
     """A check of `source` (EVERY_SOURCE: every source at once) against every float output that did not run."""
     return NumericResult(source=source, outputs=EVERY_OUTPUT, status="skipped", rel_error=None, step=None,
-                         dtype=None, evaluations=0, reason=reason, every_source=source == EVERY_SOURCE)
+                         dtype=None, evaluations=0, reason=reason, every_source=source == EVERY_SOURCE, cause=cause)
 
 
 def _point(plan: Plan, options: NumericOptions, domains: Domains) -> dict[str, np.ndarray] | NumericOutcome:
     try:
         return synthesise(plan.specs, options, domains)
     except InputError as exc:
-        return NumericOutcome([_skipped(EVERY_SOURCE, f"no input to run the model: {exc}")], [],
+        return NumericOutcome([_skipped(EVERY_SOURCE, f"no input to run the model: {exc}", "no_input")], [],
                               [f"Numeric checks skipped: {exc}"])
 
 
@@ -543,7 +545,8 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
             outputs=tuple(plan.float_outputs))
     notes = [f"Numeric checks not run: {reason}"]
     errors = [NumericResult(source=g.source, outputs=CheckedOutputs.of(g.outputs, plan.float_outputs), status="error",
-                            rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason)
+                            rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason,
+                            cause="synthesised_inputs" if finding is None and exc.stage != "load" else None)
               for g in groups]
     return NumericOutcome(errors, [finding] if finding else [], notes, stopped=str(exc),
                           raised=str(exc) if exc.stage == "gradient" else None)
