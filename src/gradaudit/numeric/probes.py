@@ -1042,6 +1042,11 @@ def _check_point(prober: Prober, config: tuple[str, ...], scale: float, sign: in
     if (scale, sign) == CHECKED[0] and prober.check_moderate(config):
         return
     prober.check_at(list(config), scale, sign)
+    if scale == 0.0:
+        # the float32 comparison looks for float32 losing the gradient at extreme inputs; at exact zeros a model's
+        # values are degenerate (a layer norm's variance is 0), and a float32 gradient of rounding noise against an
+        # exact 0 there decides nothing
+        return
     prober.compare_precision(prober.point(config, scale, sign), f"the probe point inputs × {sign * scale:g}",
                              sign * scale)
 
