@@ -499,6 +499,7 @@ class Checker:
             reason = (f"passed at a nearby point; along {len(attempts) - 1} earlier line(s) the "
                       f"difference quotients did not settle, without a discrepancy beyond their error bound")
         status: CheckStatus = "pass"
+        cause: UndecidedCause | None = None
         # not a probe point; a rough line whose differences agree with the gradient (a tie of a maximum: TensorFlow's
         # gradient is the symmetric subgradient) is a kink the nearby point's pass stands for
         unsettled = (judged is None and len(attempts) > 1 and bool(self.s.given) and not self.s.strict
@@ -513,6 +514,8 @@ class Checker:
                       "decide the inputs given")
         elif attempts[-1].est.scale == 0.0:  # nothing was compared: say so rather than pass
             status = "inconclusive"
+            # synthesised inputs may mask everything out, which real examples decide
+            cause = None if self.s.given else "synthesised_inputs"
             reason = ("gradient and finite differences are both zero at the checked point"
                       + (" (the inputs given may mask everything out)" if self.s.given else
                          " (synthesised inputs may mask everything out; give real examples with --inputs)"))
@@ -520,11 +523,8 @@ class Checker:
                 self.notes.append(
                     f"{group.source}: the static pass found a gradient path to {self._outputs_text(group)}; "
                     f"TensorFlow returns no gradient and the outputs do not move with it at the checked point.")
-        # both zero at synthesised inputs: inputs made up here may mask everything out, which real examples decide
-        masked = status == "inconclusive" and attempts[-1].est.scale == 0.0 and not self.s.given
-        self.results.append(replace(result(status, reason), evidence=judged.evidence if judged else None,
-                                    kink_op=kink_op, unsettled=unsettled,
-                                    cause="synthesised_inputs" if masked else None))
+        self.results.append(replace(result(status, reason, cause=cause), evidence=judged.evidence if judged else None,
+                                    kink_op=kink_op, unsettled=unsettled))
 
     def _far_off(self, attempts: list[Attempt]) -> bool:
         """Whether some line's differences are off the gradient by more than the resolution: differences that grow

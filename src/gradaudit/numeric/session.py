@@ -521,12 +521,13 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
     """The outcome of checks that could not run (`groups`, in `dtype`): an error row for each, a note, and the
     finding when the model is at fault; `synthesised`, the integer inputs made up here."""
     finding: Finding | None
+    cause: UndecidedCause | None = None
     if exc.stage != "load" and synthesised and str(exc).startswith(VALUE_ERRORS):
         # the kernel refused the values it was given, and some of them were made up here: the inputs are outside
         # what the model accepts, which says nothing against the model
         reason = (f"the synthesised inputs are outside what the model accepts ({', '.join(synthesised)} synthesised; "
                   f"TensorFlow: {exc}); give real examples with --inputs")
-        finding = None
+        finding, cause = None, "synthesised_inputs"
     elif exc.stage == "load":
         reason = f"the model cannot be loaded: {exc}"
         finding = rules.UnrunnableModel.finding(
@@ -544,8 +545,7 @@ def _model_error(exc: ModelError, groups: list[Group], plan: Plan, dtype: str,
             outputs=tuple(plan.float_outputs))
     notes = [f"Numeric checks not run: {reason}"]
     errors = [NumericResult(source=g.source, outputs=CheckedOutputs.of(g.outputs, plan.float_outputs), status="error",
-                            rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason,
-                            cause="synthesised_inputs" if finding is None and exc.stage != "load" else None)
+                            rel_error=None, step=None, dtype=dtype, evaluations=0, reason=reason, cause=cause)
               for g in groups]
     return NumericOutcome(errors, [finding] if finding else [], notes, stopped=str(exc),
                           raised=str(exc) if exc.stage == "gradient" else None)
