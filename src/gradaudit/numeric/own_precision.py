@@ -468,7 +468,8 @@ def compare_ops(prober, point: dict[str, np.ndarray], where: str, into: Comparis
     into.points += 1
     into.ops_checked = max(into.ops_checked, checker.float32_checked)
     pairs = op_pairs(prober.analysis)
-    for g in gaps:
+    into.notes += [f"At {where}, {g.apart_text()}." for g in gaps if not g.comparable]
+    for g in (g for g in gaps if g.comparable):
         sources, outputs = pairs(g.op)
         into.add(where, rules.Float32Gradient.finding(
             f"At {where}, {g.text()} (checked on its own, the same cotangent and direction for both). The model's "
@@ -485,7 +486,7 @@ def _locate(prober, point: dict[str, np.ndarray]):
     checker = LocalChecker(prober.forensics, np.random.default_rng([prober.seed, 19]), analysis=prober.analysis,
                            value_free=False)
     try:
-        gaps = checker.float32_gaps(point)
+        found = checker.float32_gaps(point)
     except Exception as exc:
         if not raised_by_tensorflow(exc):
             raise
@@ -493,12 +494,15 @@ def _locate(prober, point: dict[str, np.ndarray]):
                       f"{type(exc).__name__}).")
     finally:
         checker.close()
+    apart = " ".join(f"{g.apart_text()[0].upper()}{g.apart_text()[1:]}." for g in found if not g.comparable)
+    gaps = [g for g in found if g.comparable]
     if not gaps:
-        return None, ("No op's own float32 gradient is off at the values it receives there: float32's arithmetic "
-                      "along the chain (values in its subnormals, or beyond its range) loses the gradient.")
+        return None, apart or ("No op's own float32 gradient is off at the values it receives there: float32's "
+                               "arithmetic along the chain (values in its subnormals, or beyond its range) loses the "
+                               "gradient.")
     worst = max(gaps, key=lambda g: abs(g.float32 - g.float64) / max(abs(g.float64), 1e-300))
     more = f" ({len(gaps) - 1} more op(s) too)" if len(gaps) > 1 else ""
-    return worst, f"{worst.text()}{more}."
+    return worst, f"{worst.text()}{more}." + (f" {apart}" if apart else "")
 
 
 def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None], into: Comparison,
