@@ -170,9 +170,17 @@ def test_a_piecewise_constant_cut_beside_a_stop_gradient_is_named_and_explains_n
     assert [c.piecewise for c in w_flow.blocked_by if c.op.op_type == op_type] == [True]
     assert {(f.code, f.op.op_type) for f in report.findings if f.op} >= {("GA103", op_type), ("GA106", "StopGradient")}
     assert not [f for f in report.findings if f.rule == "disconnected-source"]  # not "only through stop_gradient"
-    x_rows = [n for n in report.numeric if n.source == "x"]
+    x_rows = [n for n in report.numeric if n.source == "x" and n.scale != 0.0]
     assert x_rows and all(n.status == "pass" and "StopGradient" in n.reason and "made an identity" in n.reason
                           for n in x_rows)
+    # at inputs x 0, h = x @ w is exactly 0: floor's jump, argmax's tie, and round's jump at 0.5 within the steps
+    # of a point with no magnitude to scale them by: no derivative there to compare with, so not a pass without
+    # the stop_gradient's evidence, and not a failure either
+    at_zero = [n for n in report.numeric if n.source == "x" and n.scale == 0.0]
+    assert len(at_zero) == 1
+    zero = at_zero[0]
+    assert (zero.status == "inconclusive" and "jumps" in (zero.reason or "")) or (
+        zero.status == "pass" and "made an identity" in (zero.reason or "")), at_zero
     assert report.verdict() == "fail"  # w never gets a gradient: GA103
 
 

@@ -116,8 +116,8 @@ def test_custom_gradient_wrong_only_above_two_fails_by_default(audit_of):
 def test_healthy_model_passes_at_the_probe_points(audit_of):
     r = audit_of("above_two_ok")
     checked = [n for n in r.numeric if n.scale is not None]
-    # 10: the moderate points stacked; 1e-3: its gradient is a custom one (CHECKED_WRITTEN)
-    assert {n.scale for n in checked} == {1e-3, 10.0, 100.0, -600.0}
+    # 10: the moderate points stacked; 1e-3: its gradient is a custom one (CHECKED_WRITTEN); 0: inputs x 0
+    assert {n.scale for n in checked} == {0.0, 1e-3, 10.0, 100.0, -600.0}
     assert {n.status for n in checked} == {"pass"} and r.verdict() == "pass"
     # the numeric checks' float64 copy runs: the probe points are checked on it, and the rows say so
     assert all(n.dtype == "float64" and n.precision_reason == "float64 copy of the model" for n in checked)

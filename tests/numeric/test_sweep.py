@@ -90,3 +90,21 @@ def test_noise_grows_as_the_step_shrinks_seed_003():
     kind, est = check(lambda t: 2.0 - 0.5 * (1.0 + t) ** 2, -1.0, EPS32, False, 3e-7)
     assert kind == "pass"
     assert est.step > sweep.ladder_for(EPS32, False).steps[-1]
+
+
+@pytest.mark.parametrize("eps,upcast", [(EPS64, True), (EPS32, False)])
+def test_a_smooth_line_through_zero_outputs_is_not_rough(eps, upcast):
+    """At a point where every output is 0 (inputs × 0: a cumulative product of zeros), phi(0) is 0 and rounds to
+    nothing, but phi(t) does not: the noise floor follows phi at the steps taken. With a floor of zero the line
+    looked rough (kinky), and a gradient of 0 where the derivative is 2 was left unresolved instead of failing."""
+
+    def f(t: float) -> float:  # a polynomial through 0 whose rounding is that of its values
+        v = 2.0 * t - 0.7 * t * t + 0.3 * t ** 3
+        return v + noise(t, 0.5 * eps * abs(v))
+
+    line = sweep.Line(evaluate=lambda t: (f(t), 0.0), autodiff=0.0, scale=0.0, sigma_floor=0.0, phi_norm=0.0,
+                      low_precision_autodiff=not upcast, phi0=0.0, rounding=0.5 * eps)
+    est = sweep.run(line, sweep.ladder_for(eps, upcast), 100 * eps, 1e-2)
+    assert not est.kinky
+    assert est.numeric == pytest.approx(2.0, rel=1e-3)
+    assert sweep.classify(est, 100 * eps, 1e-2) == "fail"

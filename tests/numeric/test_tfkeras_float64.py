@@ -171,7 +171,7 @@ def test_healthy_models_pass_in_float64(audit, name):
     assert not [f for f in r.findings if f.code == "GA201"]
     checks = [n for n in r.numeric if n.dtype == "float64"]
     assert checks and {(n.status, n.precision_reason) for n in checks} == {("pass", "float64 copy of the model")}
-    assert {n.scale for n in checks} == {None, 10.0, 100.0, -600.0}
+    assert {n.scale for n in checks} == {None, 0.0, 10.0, 100.0, -600.0}  # 0.0: inputs x 0
     compared = [n for n in r.numeric if n.dtype == "float32"]
     assert all(n.scale in (100.0, -600.0) and n.evidence for n in compared), compared
     assert not [n for n in compared if n.status == "fail"], compared  # information is no failed row beside a pass

@@ -361,7 +361,8 @@ class Checker:
 
         line = sweep.Line(evaluate=evaluate, autodiff=autodiff, scale=scale,
                           sigma_floor=0.5 * self.s.eps * phi_norm, phi_norm=phi_norm,
-                          low_precision_autodiff=not self.s.upcast, phi0=self._phi(u, point.outputs))
+                          low_precision_autodiff=not self.s.upcast, phi0=self._phi(u, point.outputs),
+                          rounding=0.5 * self.s.eps)
         try:
             return examine(line)
         finally:

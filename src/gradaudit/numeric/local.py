@@ -971,7 +971,7 @@ def _start_line(it: _Item, phi0: float) -> None:
     phi_norm = abs(phi0) + 1e-300
     it.line = sweep.Line(evaluate=lambda _t: (math.nan, math.nan), autodiff=autodiff, scale=scale,
                          sigma_floor=eps * phi_norm, phi_norm=phi_norm,
-                         low_precision_autodiff=it.dtype != "float64", phi0=phi0)
+                         low_precision_autodiff=it.dtype != "float64", phi0=phi0, rounding=eps)
 
 
 def _add_point(it: _Item, t: float, phi: float) -> None:

@@ -216,7 +216,7 @@ def _line(point: _BasePoint, v: dict[str, np.ndarray], w: dict[str, np.ndarray],
         return phi, sum(_dot(hw[n], p[n].astype(np.float64) - base[n]) for n in names)
 
     return sweep.Line(evaluate=evaluate, autodiff=autodiff, scale=scale, sigma_floor=0.5 * eps * phi_norm,
-                      phi_norm=phi_norm, low_precision_autodiff=not point.use64, phi0=phi0)
+                      phi_norm=phi_norm, low_precision_autodiff=not point.use64, phi0=phi0, rounding=0.5 * eps)
 
 
 def _result(label: str, shown: CheckedOutputs, est, verdict: str, dtype: str, why: str) -> NumericResult:

@@ -44,7 +44,8 @@ FLOOR_ULPS = 100  # relative discrepancies below 100 eps are never significant
 AGREEMENT = {"float64": 1e-8}
 
 
-# ... and, at the probe points that look for a written gradient wrong only for small inputs (probes.CHECKED_WRITTEN),
+# ... and, at the probe points that look for a written gradient wrong only for small inputs (probes.CHECKED_WRITTEN)
+# or for exact zeros (inputs × 0, where a sigmoid of the input is 0.5),
 # on the float64 copy of a float32 model, relative to the derivative itself: the copy keeps the model's float32
 # constants and the approximations made for float32 (TensorFlow Probability's series for betainc's derivative in b:
 # 2.3e-7 off at p = 0.5), so a discrepancy within a few float32 rounding units of the derivative is the model's own

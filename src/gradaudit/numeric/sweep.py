@@ -118,6 +118,16 @@ class Line:
     phi0: float
     points: dict[float, tuple[float, float]] = field(default_factory=dict)  # t -> (phi - phi0, lin)
     evaluations: int = 0
+    rounding: float = 0.0  # phi's relative rounding (sigma_floor / phi_norm): what noise_floor scales
+
+    def noise_floor(self) -> float:
+        """The least noise of phi: the rounding of the outputs at the base point (sigma_floor), or at the smallest
+        steps evaluated, where phi is larger: at a point where every output is zero (inputs × 0) phi(0) rounds to
+        nothing but phi(t) does not, and a floor of zero made any line look rough there."""
+        small = sorted({abs(t) for t in self.points if t > 0})[:4]
+        along = max((abs(self.points[t][0] + self.phi0) for h in small for t in (h, -h) if t in self.points),
+                    default=0.0)
+        return max(self.sigma_floor, self.rounding * along)
 
     def add_step(self, h: float) -> None:
         for t in (h, -h):
@@ -158,7 +168,8 @@ def analyse(line: Line) -> Estimate:
                         autodiff=line.autodiff, flat=False, jumpy=False, kinky=True, nonfinite=True,
                         evaluations=line.evaluations)
     measured = _noise(line.points, steps)
-    sigma = max(measured, line.sigma_floor)
+    floor = line.noise_floor()
+    sigma = max(measured, floor)
     r, even = _differences(line.points, steps)
     candidates = _candidates(steps, r, sigma, _smooth_pairs(steps, even, sigma), _autodiff_rounding(line, sigma))
     if candidates:
@@ -168,7 +179,7 @@ def analyse(line: Line) -> Estimate:
         kinky, delta, bound = True, r[step], math.inf
     # "Noise" far above what rounding the outputs explains is kinks or jumps between the smallest steps;
     # it also hides them from the even-part test.
-    kinky = kinky or measured > ROUGH * line.sigma_floor
+    kinky = kinky or measured > ROUGH * floor
     return Estimate(delta=delta, bound=bound, step=step, sigma=sigma, scale=line.scale,
                     autodiff=line.autodiff, flat=_flat(line, steps, sigma), jumpy=_jumpy(line, steps, r),
                     kinky=kinky, evaluations=line.evaluations)
@@ -250,7 +261,7 @@ def _jumpy(line: Line, steps: list[float], r: dict[float, float]) -> bool:
         return False
     rest = [2 * h * r[h] for h in steps[-3:]]
     mean = sum(rest) / 3
-    return abs(mean) > 30 * line.sigma_floor and all(abs(x - mean) < 0.3 * abs(mean) for x in rest)
+    return abs(mean) > 30 * line.noise_floor() and all(abs(x - mean) < 0.3 * abs(mean) for x in rest)
 
 
 def slope_changes(line: Line, steps: tuple[float, ...]) -> bool | None:
@@ -265,9 +276,10 @@ def slope_changes(line: Line, steps: tuple[float, ...]) -> bool | None:
     if len(evaluated) < 2 or not all(math.isfinite(v) for pair in line.points.values() for v in pair):
         return None
     measured = _noise(line.points, evaluated) if len(evaluated) >= 4 else 0.0
-    sigma = max(measured, line.sigma_floor)
+    floor = line.noise_floor()
+    sigma = max(measured, floor)
     _, even = _differences(line.points, evaluated)
-    return measured > ROUGH * line.sigma_floor or not all(_smooth_pairs(evaluated, even, sigma))
+    return measured > ROUGH * floor or not all(_smooth_pairs(evaluated, even, sigma))
 
 
 def large(est: Estimate, floor: float | Floor) -> bool:

@@ -1,0 +1,97 @@
+"""At the probe point inputs × 0, the gradient is checked against finite differences too, not only for being finite:
+TensorFlow's registered gradient of some ops is not their derivative exactly where an entry is 0 (Cumprod divides by
+its inputs; Xlogy's gradient for x is 0 by convention where the derivative is log y), and exact zeros are ordinary in
+real data (padding). A discrepancy there is never confirmed at a nearby point (the gradient is right everywhere
+else), so the local checks at the same point name the op, and the row fails with that evidence (tester 21: both
+passed before). A ReLU in front masks the op's error (its gradient at 0 is 0): that model's gradient is right and
+it passes. Truth: TensorFlow's tape on the loaded model against float64 central differences of a numpy twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import save_module
+
+from gradaudit.api import AuditOptions, audit_saved_model
+
+Y = np.array([[0.3, -1.2, 2.0, 0.7]])
+
+
+def _softplus(v):
+    return np.log1p(np.exp(v))
+
+
+class Model(tf.Module):
+    def __init__(self, f):
+        self.f = f
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": tf.reduce_sum(self.f(x) + 0.1 * tf.sin(x), axis=-1)}
+
+
+CASES = {
+    "Cumprod": (lambda x: tf.math.cumprod(x, axis=-1), lambda x: np.cumprod(x, axis=-1)),
+    "Xlogy": (lambda x: tf.math.xlogy(x, tf.nn.softplus(tf.constant(Y, tf.float32)) + 0.1),
+              lambda x: x * np.log(_softplus(Y) + 0.1)),
+}
+
+
+def _truth(path: str, twin, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the loaded model's tape gradient of y at x, float64 central differences of the twin there)"""
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    t = tf.constant(x, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(t)
+        y = fn(x=t)["y"]
+    g = tape.gradient(y, t).numpy()[0]
+
+    def forward(v):
+        return float(np.sum(twin(v) + 0.1 * np.sin(v)))
+
+    h = 1e-6
+    e = np.eye(4)[:, None, :]
+    return g, np.array([(forward(x + h * d) - forward(x - h * d)) / (2 * h) for d in e])
+
+
+@pytest.mark.parametrize("op_type", sorted(CASES))
+def test_a_registered_gradient_wrong_where_an_entry_is_zero_fails_naming_the_op(tmp_path, op_type):
+    f, twin = CASES[op_type]
+    path = save_module(Model(f), str(tmp_path / op_type))
+    g, true = _truth(path, twin, np.zeros((1, 4)))
+    assert np.max(np.abs(g - true)) > 0.1  # wrong at 0
+    g, true = _truth(path, twin, np.array([[0.4, -0.8, 1.1, 0.6]]))
+    assert np.allclose(g, true, atol=1e-4)  # right away from 0
+
+    report = audit_saved_model(path, AuditOptions())
+    assert report.verdict() == "fail"
+    mismatches = [f for f in report.findings if f.rule == "gradient-mismatch"]
+    assert mismatches and all(f.op is not None and f.op.op_type == op_type for f in mismatches), \
+        [(f.op, f.message) for f in mismatches]
+    assert all("inputs × 0" in f.message and "x" in f.sources for f in mismatches)
+    at_zero = [r for r in report.numeric if r.scale == 0.0 and r.source == "x"]
+    assert at_zero and all(r.status == "fail" and op_type in (r.evidence or "") for r in at_zero)
+    # the own point and the other probe points pass: the error is at 0 only
+    assert all(r.status == "pass" for r in report.numeric if r.source == "x" and r.scale not in (0.0,))
+
+
+def test_an_error_a_relu_masks_at_zero_is_no_finding(tmp_path):
+    path = save_module(Model(lambda x: tf.math.cumprod(tf.nn.relu(x), axis=-1)), str(tmp_path / "masked"))
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    t = tf.zeros((1, 4))
+    with tf.GradientTape() as tape:
+        tape.watch(t)
+        y = fn(x=t)["y"]
+    g = tape.gradient(y, t).numpy()[0]
+
+    def forward(v):
+        return float(np.sum(np.cumprod(np.maximum(v, 0), axis=-1) + 0.1 * np.sin(v)))
+
+    h = 1e-6
+    below = np.array([(forward(np.zeros(4)) - forward(-h * d)) / h for d in np.eye(4)])
+    assert np.allclose(g, below, atol=1e-4)  # TensorFlow's gradient at the kink is the one-sided derivative from below
+
+    report = audit_saved_model(path, AuditOptions())
+    assert report.verdict() == "pass", [(f.code, f.message) for f in report.findings]
+    assert not [f for f in report.findings if f.rule == "gradient-mismatch"]
