@@ -9,7 +9,7 @@ lin(t) = <H·w, p(t) - z> is what autodiff predicts for the points actually eval
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -37,10 +37,22 @@ def tf_reason(exc: BaseException) -> str:
     starts = [i for i, ln in enumerate(lines) if re.match(r"^[A-Za-z_.]*(Error|Exception): ", ln)]
     if not starts:
         text = " ".join(ln for ln in lines if ln) or type(exc).__name__
-        return f"{type(exc).__name__}: {text}"[:400]
+        return clipped(f"{type(exc).__name__}: {text}")
     i = starts[-1]
     end = next((j for j in range(i + 1, len(lines)) if not lines[j]), len(lines))
-    return " ".join(lines[i:end])[:400]
+    return clipped(" ".join(lines[i:end]))
+
+
+def clipped(text: str, limit: int = 400) -> str:
+    """`text` cut to `limit` characters at the end of its last whole sentence there (tester 23: TensorFlow's reason
+    ended mid-word, "... e.g."); at a word, with an ellipsis, where no sentence ends early enough."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    ends = [m.end() for m in re.finditer(r"(?<!e\.g)(?<!i\.e)[.!?][`')\]]*(?=\s)", head)]
+    if ends and ends[-1] > limit // 3:
+        return head[:ends[-1]].rstrip()
+    return head.rsplit(" ", 1)[0].rstrip(" ,;:") + " ..."
 
 
 def _dot(a, b) -> float:
@@ -103,8 +115,8 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
     point = _BasePoint(prober, use64)
     outcome = SecondOrderOutcome()
     unavailable: dict[str, tuple[list[str], set[str]]] = {}  # TensorFlow's reason -> (sources, outputs)
-    # the op to blame -> the failed checks it explains (names, outputs, estimate): one finding per op
-    wrong: dict[object, list[tuple[list[str], tuple[str, ...], sweep.Estimate]]] = {}
+    # the op to blame -> the failed checks it explains (names, outputs, estimate) and why: one finding per op
+    wrong: dict[object, tuple[list[tuple[list[str], tuple[str, ...], sweep.Estimate]], _Blame]] = {}
 
     for label, names in _groups(prober):
         outs = tuple(sorted({o for n in names for o in plan.connected(n)}))
@@ -127,12 +139,12 @@ def run_second_order(prober, seed: int) -> SecondOrderOutcome:
         est = sweep.run(line, sweep.ladder_for(eps, use64), FLOOR_ULPS * eps, RESOLUTION)
         verdict = sweep.classify(est, FLOOR_ULPS * eps, RESOLUTION)
         if verdict == "fail":
-            op, _where = _suspects(prober)
-            wrong.setdefault(op if op is not None else len(wrong), []).append((names, outs, est))
+            blame = _blame(prober, (names, outs), (v, w), est)
+            key = blame.op if blame.op is not None else len(wrong)
+            wrong.setdefault(key, ([], blame))[0].append((names, outs, est))
         outcome.results.append(_result(label, shown, est, verdict, dtype, why))
-    for key, failed in wrong.items():
-        outcome.findings.append(_mismatch(failed, key if isinstance(key, OpRef) else None, _suspects(prober)[1],
-                                          dtype, plan.float_outputs))
+    for failed, blame in wrong.values():
+        outcome.findings.append(_mismatch(failed, blame, dtype, plan.float_outputs))
     for reason, (names, out_names) in unavailable.items():
         outputs = tuple(sorted(out_names))
         outcome.findings.append(rules.SecondOrderUnavailable.finding(
@@ -235,7 +247,7 @@ def _result(label: str, shown: CheckedOutputs, est, verdict: str, dtype: str, wh
                          dtype, est.evaluations + 1, reason, precision_reason=why, order=2)
 
 
-def _mismatch(failed: list, op: OpRef | None, where: str, dtype: str, float_outputs: list[str]) -> Finding:
+def _mismatch(failed: list, blame: _Blame, dtype: str, float_outputs: list[str]) -> Finding:
     """One second-order-mismatch for the checks one op at fault explains, with each source group's numbers."""
     from .checks import output_label
 
@@ -255,7 +267,89 @@ def _mismatch(failed: list, op: OpRef | None, where: str, dtype: str, float_outp
                             for group, _, est in failed) + f"; step {step:.1e}, {dtype})")
     return rules.SecondOrderMismatch.finding(
         f"The second derivative of {output_label(outs, float_outputs)} with respect to {', '.join(names)} is "
-        f"wrong: along random directions {seen}.{why}{where}", op=op, sources=tuple(names), outputs=outs)
+        f"wrong: along random directions {seen}.{why}{blame.where}", op=blame.op, sources=tuple(names), outputs=outs,
+        fix=blame.fix)
+
+
+@dataclass(frozen=True)
+class _Blame:
+    """The op a failed second-order check is said of (None: none named), the sentence that says why, and the advice
+    where it is not the rule's own (None)."""
+
+    op: OpRef | None
+    where: str
+    fix: str | None = None
+
+
+# the forward's ops whose first derivative TensorFlow takes as zero: where a result is stationary in the stopped value
+# (the mean inside tf.nn.moments' variance, in Keras' LayerNormalization and BatchNormalization), the first derivative
+# is right and the second is not
+_FORWARD_CUTS = ("StopGradient", "PreventGradient")
+_CUT_FIX = ("Where a second derivative is needed (a gradient penalty, a Hessian, meta-learning), compute that part "
+            "without tf.stop_gradient: a variance as tf.reduce_mean(tf.square(x - tf.reduce_mean(x, axes, "
+            "keepdims=True)), axes) instead of tf.nn.moments (which Keras' LayerNormalization uses).")
+
+
+def _blame(prober, pair: tuple[list[str], tuple[str, ...]], directions: tuple[dict, dict], est) -> _Blame:
+    """Why a second-order check failed: a saved custom gradient's derivative (_suspects); in a model without one, a
+    stop_gradient of the forward on the pair's path when the copy with every stop_gradient made an identity gives the
+    second derivative the central differences measured (its evidence in the sentence)."""
+    if prober.info.custom_gradients:
+        return _Blame(*_suspects(prober))
+    plain = _Blame(None, " The model has no saved custom gradient: the ops on the path have TensorFlow's registered "
+                         "gradients, whose own derivatives are at fault.")
+    cuts = _forward_cuts(prober, *pair)
+    if not cuts:
+        return plain
+    labels = ", ".join(c.label for c in cuts[:3]) + (", ..." if len(cuts) > 3 else "")
+    made = "an identity" if len(cuts) == 1 else "identities"
+    try:
+        uncut = _uncut_hessian(prober, *directions)
+    except Exception as exc:  # a copy TensorFlow cannot make or run: no evidence, said so
+        from ..errors import raised_by_tensorflow
+
+        if not raised_by_tensorflow(exc):
+            raise
+        return replace(plain, where=plain.where + f" Its forward holds {labels} on the path; the copy with them made "
+                                                  f"identities could not be checked ({type(exc).__name__}).")
+    if abs(uncut - est.numeric) <= 2 * est.bound + 1e-9 * max(abs(est.numeric), est.scale):
+        return _Blame(cuts[0] if len(cuts) == 1 else None, (
+            f" The model has no saved custom gradient; with {labels} made {made} (the float64 copy), w·H·v is "
+            f"{uncut:.4e}, as the central differences give: a stop_gradient in the forward whose first derivative is "
+            "right (the result does not move with the stopped value to first order, as a variance with its mean) "
+            "cuts the second."), _CUT_FIX)
+    return replace(plain, where=plain.where + f" With {labels} made {made}, w·H·v is still {uncut:.4e}: "
+                                              "the stop_gradient does not explain it.")
+
+
+def _forward_cuts(prober, names: list[str], outs: tuple[str, ...]) -> list[OpRef]:
+    """The forward's stop_gradient ops that the sources `names` reach and whose result reaches one of `outs`."""
+    analysis = prober.analysis
+    want_in = sum(1 << i for i, s in enumerate(analysis.sources) if s.name in names)
+    want_out = sum(1 << j for j, o in enumerate(analysis.outputs) if o.name in outs)
+    cuts: list[OpRef] = []
+    for node in analysis.graph.ops.values():
+        if node.ref.op_type in _FORWARD_CUTS and node.ref not in cuts:
+            reach, to = analysis.op_masks(node)
+            if reach & want_in and to & want_out:
+                cuts.append(node.ref)
+    return cuts
+
+
+def _uncut_hessian(prober, v: dict[str, np.ndarray], w: dict[str, np.ndarray]) -> float:
+    """<H·w, v> at the base point on the float64 copy with every stop_gradient made an identity."""
+    from .runner import Runner, signature_variables
+
+    loaded = prober.loads.uncut()
+    by_name = signature_variables(prober.info, loaded.fn)
+    runner = Runner(loaded.fn, {k: np.asarray(x) for k, x in prober.base.items()}, prober.plan.input_sources,
+                    [(n, by_name[n]) for n in prober.var_names], prober.plan.float_outputs)
+    names = prober.plan.input_sources + prober.var_names
+    values = {**{n: prober.base[n] for n in prober.plan.input_sources}, **dict(zip(prober.var_names, prober.base_vars))}
+    weights = {n: w.get(n, np.zeros(np.shape(values[n]))) for n in names}
+    hw = _HessianVector(runner)(prober.u, {n: weights[n] for n in prober.plan.input_sources},
+                                [weights[n] for n in prober.var_names])
+    return sum(_dot(h, v[n]) for n, h in zip(names, hw) if n in v and h is not None)
 
 
 # Ops inside a gradient function whose own derivative is not the derivative of what they compute.

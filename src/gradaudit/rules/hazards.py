@@ -251,6 +251,12 @@ SecondOrderMismatch = define(
     Second-order methods, gradient penalties (WGAN-GP), meta-learning and physics-informed
     losses train on these values. A custom gradient computed through `tf.stop_gradient` or
     numpy is right to first order and has a zero second derivative where the truth is not zero.
+    So is a `tf.stop_gradient` in the forward where the result does not move with the stopped
+    value to first order: `tf.nn.moments` takes the variance around `stop_gradient(mean)`, and
+    Keras' `LayerNormalization` uses it. Without a custom gradient, the finding names that
+    stop_gradient when the float64 copy with every stop_gradient made an identity gives the
+    second derivative the central differences measure (its value is in the message), and its
+    fix says to compute that part without it.
 
     ## Example
     ```python
