@@ -131,8 +131,11 @@ IntegerPath = define(
 
     ## What it does
     Follows values, not shapes: a `Cast` to an integer or a comparison producing a bool on a
-    path whose integer result is turned back into a float output. Integer tensors that only
-    hold shapes, sizes or indices are not reported.
+    path whose integer result is turned back into a float output, or an op that computes an
+    integer from a float value (`Bucketize`, `tf.searchsorted`, a histogram): its result is
+    piecewise constant in that value, and the finding's fix says how to keep or replace it.
+    Integer tensors that only hold shapes or sizes, or indices read from integer inputs, are
+    not reported.
 
     ## Why is this bad?
     Gradients only travel along floating-point tensors: the conversion cuts the path, and

@@ -127,6 +127,15 @@ def _activation_backward(cut) -> bool:
     return cut.piecewise is True and cut.node.ref.op_type.endswith("Grad")
 
 
+# GA104's advice for an op that computes an integer from a float value other than a cast (Bucketize, searchsorted's
+# LowerBound, HistogramFixedWidth, a comparison): rounding it in float is no answer there (tester 23)
+_INDEX_FIX = ("{op} gives an integer (a bucket, an index, a count, a bool) that is piecewise constant in the float "
+              "value: its true derivative is zero almost everywhere. If that value is data that needs no gradient (a "
+              "bucketized feature for an embedding), the cut is expected: mark it intended (--ignore-ops '{glob}', "
+              "or ignore-ops in the configuration). To train through it, use a soft surrogate: weights from a softmax "
+              "over the distances to the boundaries, or interpolation between neighbouring buckets.")
+
+
 def _cut_finding(analysis, ref, cut) -> Finding:
     """The finding of an op that cuts (source, output) pairs, blocked or in part, with the cut's own rule. Where
     the true derivative along the cut is zero (the op is piecewise constant there) a partial cut loses nothing
@@ -156,6 +165,8 @@ def _cut_finding(analysis, ref, cut) -> Finding:
         fix = "Nothing to do: the zero is the true derivative (a gradient penalty through ReLU-like activations)."
     elif cut.piecewise is True and not cut.blocked_pairs:
         fix = "Nothing to do for the gradient: the cut path's true derivative is zero almost everywhere."
+    elif cut.rule == "integer-path" and cut.node.known and ref.op_type != "Cast":
+        fix = _INDEX_FIX.format(op=ref.op_type, glob=f"integer-path:*{ref.op_name.rsplit('/', 1)[-1]}")
     return rule_.finding(_cut_message(analysis, ref, cut, dead), op=ref, sources=srcs, outputs=outs,
                          severity=severity, fix=fix)
 
