@@ -628,8 +628,9 @@ def summary(into: Comparison) -> list[str]:
     if into.unresolved:
         lines.append(f"The float32 gradient differs from the float64 copy's by more than {pct(GAP)} at "
                      f"{len(into.unresolved)} (source, point) pair(s), each by less than the float32 outputs resolve "
-                     f"(the largest: {max(into.unresolved)[1]}): a saturated function, whose float32 gradient is 0 "
-                     "or its rounding where the true one is too small to change the float32 outputs, not a float32 "
+                     f"(the largest: {max(into.unresolved)[1]}): a true gradient too small to change the float32 "
+                     "outputs (of a saturated function, or one zero or nearly so by an invariance, as a softmax's "
+                     "logits under a shift they all share), whose float32 value is 0 or its rounding, not a float32 "
                      "error to report.")
     if into.unmeasurable:
         lines.append(f"The float32 gradient differs from the float64 copy's beyond float32's noise at "
