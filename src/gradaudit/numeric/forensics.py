@@ -62,7 +62,19 @@ def _at(values: np.ndarray, index: int, shape: tuple[int, ...]) -> str:
 
 def _received(inputs: list[np.ndarray], index: int, shape: tuple[int, ...]) -> str:
     shown = [_at(v, index, shape) for v in inputs]
-    return shown[0] if len(shown) == 1 else "(" + ", ".join(shown) + ")"
+    text = shown[0] if len(shown) == 1 else "(" + ", ".join(shown) + ")"
+    return text + _fill_value(inputs)
+
+
+def _fill_value(inputs: list[np.ndarray]) -> str:
+    """Where an input holds its dtype's largest magnitude exactly: a fill value (the max of an empty segment, a
+    mask's tf.float32.min), which the op then overflows (tester 21)."""
+    for v in inputs:
+        a = np.asarray(v)
+        if a.dtype.kind == "f" and a.size and np.any(np.abs(a) == np.finfo(a.dtype).max):
+            return (f" (±{_fmt(np.finfo(a.dtype).max)} is {a.dtype.name}'s largest magnitude: a fill value, such as "
+                    "the max of an empty segment or a mask's dtype.min)")
+    return ""
 
 
 def _is_float(t) -> bool:
