@@ -170,8 +170,13 @@ def test_healthy_models_pass_in_float64(audit, name):
     assert r.verdict() == "pass"
     assert not [f for f in r.findings if f.code == "GA201"]
     checks = [n for n in r.numeric if n.dtype == "float64"]
-    assert checks and {(n.status, n.precision_reason) for n in checks} == {("pass", "float64 copy of the model")}
+    assert checks and {n.precision_reason for n in checks} == {"float64 copy of the model"}
+    assert {n.status for n in checks if n.scale != 0.0} == {"pass"}
     assert {n.scale for n in checks} == {None, 0.0, 10.0, 100.0, -600.0}  # 0.0: inputs x 0
+    # at inputs x 0 a layer norm's variance is 0 (its gradient there is 1/sqrt(eps) times the input's deviations, and
+    # the differences do not converge): a pass, or undecided with a difference within its own error bound
+    assert all(n.status == "pass" or (n.status == "inconclusive" and n.rel_error is not None and n.bound is not None
+                                      and n.rel_error <= n.bound) for n in checks if n.scale == 0.0), checks
     compared = [n for n in r.numeric if n.dtype == "float32"]
     assert all(n.scale in (100.0, -600.0) and n.evidence for n in compared), compared
     assert not [n for n in compared if n.status == "fail"], compared  # information is no failed row beside a pass
