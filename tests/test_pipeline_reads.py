@@ -74,3 +74,24 @@ def test_the_static_analysis_and_its_hazards_are_made_once_per_audit(samples, mo
     report = audit_saved_model(os.path.join(samples, "log1pexp_naive"), AuditOptions(timeout=timeout))
     assert report.stability and any(f.confirmed_by for f in report.findings)  # the probes ran and judged
     assert len(analyses) == 1 and len(hazards) == 1
+
+
+def test_a_traced_target_is_analysed_once_and_named_as_traced(monkeypatch):
+    """A Python or Keras target is audited as the SavedModel it saves to: one flow analysis and one hazard search
+    (not one on the traced graph and another on a saved copy), its outputs under the Keras model's own names."""
+    import keras
+
+    import gradaudit.flow
+    import gradaudit.static.hazards
+    from gradaudit.api import AuditOptions, audit_object
+
+    analyses = _counting(monkeypatch, gradaudit.flow, "analyse")
+    hazards = _counting(monkeypatch, gradaudit.static.hazards, "find_hazards")
+    inp = keras.Input((3,), name="feat")
+    hidden = keras.layers.Dense(4, name="d")(inp)
+    model = keras.Model(inp, [keras.layers.Dense(2, name="head")(hidden), keras.layers.Softmax(name="sm")(hidden)])
+    report = audit_object(model, AuditOptions(), kind="keras")
+    assert {o.name for o in report.outputs} == {"head", "sm"} and report.target.kind == "keras"
+    assert report.numeric and {n.status for n in report.numeric if n.scale is None} == {"pass"}
+    assert {s.output for s in report.stability} <= {"head", "sm", "*"}
+    assert len(analyses) == 1 and len(hazards) == 1

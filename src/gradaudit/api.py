@@ -291,6 +291,15 @@ def audit_object(obj: object, options: AuditOptions, label: str | None = None, k
     label = label or getattr(obj, "__name__", None) or type(obj).__name__
     specs = [parse_input_spec(s) for s in options.input_specs]
     traced = trace(obj, label, specs, kind)
+    unsaved = ""
+    if not options.static_only:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="gradaudit-traced-") as folder:
+            report = _audit_saved_copy(traced, folder, options)
+        if isinstance(report, Report):
+            return report
+        unsaved = report
     model = TracedModel(traced)
     sig = model.signature()
     static = run_static(model, sig, Target(label, traced.kind, None, ()))
@@ -303,7 +312,34 @@ def audit_object(obj: object, options: AuditOptions, label: str | None = None, k
     isolation = Isolation(None, None, None, None, (f"a {traced.kind} target runs in gradaudit's own process: no "
                                                    "sandbox, memory limit or time budget",))
     try:
-        runtime = run_traced(static, traced, options, run_static)
+        runtime = run_traced(static, traced, options, unsaved)
+    except StageFailed as exc:
+        raise exc.error.with_report(reconcile(static, gate, exc.partial)) from exc
+    return reconcile(static, gate, replace(runtime, isolation=isolation))
+
+
+def _audit_saved_copy(traced: Any, folder: str, options: AuditOptions) -> Report | str:
+    """A traced target audited as the SavedModel it saves to in `folder` (targets.python.save_copy), under its own
+    label: one static pass, and the runtime on the copy in this process (a py_function's body runs from this process's
+    registry). Where TensorFlow cannot save it, why (the traced function is audited itself)."""
+    from .targets.python import save_copy
+
+    unsaved = save_copy(traced, folder)
+    if unsaved is not None:
+        return unsaved
+    model = read_saved_model(folder, replace(options, tags=("serve",)))
+    sig = model.signature("serving_default")
+    static = run_static(model, sig, Target(traced.label, traced.kind, None, ()))
+    check_inputs(sig, options)
+    blocked = _blocking_reasons(static, options)
+    if blocked:
+        return reconcile(static, Gate(run=False, reasons=blocked))
+    gate = _runs(options)
+    isolation = Isolation(None, None, None, None, (f"a {traced.kind} target runs in gradaudit's own process: no "
+                                                   "sandbox, memory limit or time budget",))
+    runs = replace(options, signature="serving_default", tags=("serve",))
+    try:
+        runtime = run_saved_model(static, runs)
     except StageFailed as exc:
         raise exc.error.with_report(reconcile(static, gate, exc.partial)) from exc
     return reconcile(static, gate, replace(runtime, isolation=isolation))

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import GradauditError, InternalError
-from .model import Note, NumericResult, Severity
+from .model import Note, Severity
 from .progress import say
 from .results import (
     AuditOptions,
@@ -316,217 +316,31 @@ def _precision(static: StaticResult, options: AuditOptions, loads) -> PrecisionP
                          tuple(outcome.incomplete))
 
 
-def run_traced(static: StaticResult, traced, options: AuditOptions,
-               static_of_copy: Callable[..., StaticResult]) -> RuntimeResult:
-    """The runtime stages on a traced Python or Keras function: the numeric checks on the function itself,
-    the probes and --precision on one saved copy (`static_of_copy` is the static pass that reads it), their
-    results under the traced graph's names."""
+def run_traced(static: StaticResult, traced, options: AuditOptions, why: str) -> RuntimeResult:
+    """The runtime stages on a traced Python or Keras function that TensorFlow cannot save (`why`): every other one
+    is audited as the SavedModel it saves to (api._audit_saved_copy). The numeric checks run on the function itself,
+    with no float64 copy; the probes and --precision, which run on a loaded SavedModel, do not, and say why."""
+    from .numeric import run_numeric_function
+    from .numeric.precision import run_precision
     from .numeric.runner import graphs_as_written
 
     _full_tracebacks()
-    copy = _SavedCopy(static, traced, options, static_of_copy)
-    local = _LocalMode(options, lambda: traced.fn)
-    try:
-        with graphs_as_written():
-            return _stages([
-                ("numeric", "running the numeric checks",
-                 lambda: _numeric_traced(static, traced, options, copy, local)),
-                ("probes", "running the stability probes", lambda: _probe_traced(static, copy, options, local)),
-                ("precision", "checking precision", lambda: _precision_traced(static, copy, options)),
-            ])
-    finally:
-        copy.close()
+    task = replace(_numeric_task(static, options), float64_blocked=f"the traced function {why}")
 
+    def numeric() -> NumericPart:
+        return _numeric_part(run_numeric_function(traced.fn, task, variable_names=traced.variable_names))
 
-def _numeric_traced(static: StaticResult, traced, options: AuditOptions, saved: _SavedCopy,
-                    local: _LocalMode) -> NumericPart:
-    """The numeric checks on the traced function's saved copy, as on a SavedModel (its float64 copy decides where
-    float32 or float16 differences cannot), under the traced graph's names; on the function itself where no
-    float64 copy of it can be made; a large one's decided by the local checks of its saved copy (their ops and
-    findings under the traced graph's names)."""
-    from .numeric import run_numeric_function
+    def probes() -> ProbePart:
+        return ProbePart(notes=(Note("stability", f"stability probes not run: the traced function {why}"),))
 
-    blocked = _no_float64(saved)
-    if not local.wanted() and blocked is None:
-        copy = saved.get()
-        assert copy is not None
-        return _renamed_numeric(_numeric(copy, saved.path, options, saved.loads, local), saved)
-    copy = saved.get() if local.wanted() else None
-    checked = _local_checks(copy, options, saved.loads) if copy is not None else None
-    task = replace(_numeric_task(static, options, local=checked[1] if checked else None),
-                   float64_blocked=blocked or "")
-    part = _numeric_part(run_numeric_function(traced.fn, task, variable_names=traced.variable_names))
-    if checked is None or copy is None:
-        return part
-    from .numeric import local as stage
+    def precision() -> PrecisionPart:
+        notes = _notes("precision", run_precision(None, static.analysis, _stability_options(options), None).notes)
+        if not options.precision:
+            return PrecisionPart(notes=notes)
+        return PrecisionPart(notes=notes, incomplete=(f"--precision {options.precision} did not run: the traced "
+                                                      f"function {why}",))
 
-    outcome, verdict = checked
-    found = tuple(saved.renamed(f) for f in stage.findings(outcome, copy.analysis,
-                                                           confirmed=not _whole_model_passed(part)))
-    return replace(part, findings=found + part.findings,
-                   notes=_notes("numeric", stage.notes(outcome, verdict is not None)) + part.notes,
-                   local=tuple(replace(c, op=saved.op(c.op)) for c in outcome.checks))
-
-
-def _no_float64(saved: _SavedCopy) -> str | None:
-    """Why the traced function's saved copy has no float64 copy (None: it has one)."""
-    from .numeric.upcast import float64_blockers
-
-    if saved.get() is None:
-        return saved.why
-    if saved.loads.info.function is None:
-        return "its saved copy has no TF2 object graph"
-    blockers = float64_blockers(saved.loads.info)
-    return f"no float64 copy of its saved copy can be made ({'; '.join(blockers)})" if blockers else None
-
-
-def _renamed_numeric(part: NumericPart, saved: _SavedCopy) -> NumericPart:
-    """The numeric checks of the saved copy under the traced graph's names (sources, outputs, ops)."""
-    rename = saved.rename
-    rows = tuple(replace(n, source=rename.get(n.source, n.source), outputs=n.outputs.renamed(rename))
-                 for n in part.results)
-    return replace(part, results=rows, findings=tuple(saved.renamed(f) for f in part.findings),
-                   local=tuple(replace(c, op=saved.op(c.op)) for c in part.local))
-
-
-class _SavedCopy:
-    """The traced function saved to a temporary folder (with its custom gradients) on first use, read by the
-    static pass and loaded once for the stages that run on a SavedModel (the probes, --precision). `static` is
-    None and `why` says why when TensorFlow cannot save it."""
-
-    def __init__(self, static: StaticResult, traced, options: AuditOptions,
-                 static_of_copy: Callable[..., StaticResult]):
-        self._ours, self._traced, self._options, self._static_of_copy = static, traced, options, static_of_copy
-        self._tmp: Any = None
-        self.path = ""
-        self.static: StaticResult | None = None
-        self.loads: Any = None
-        self.why = ""
-        self.rename: dict[str, str] = {}
-        self._ops: dict[tuple[str, str], Any] | None = None
-
-    def get(self) -> StaticResult | None:
-        if self._tmp is None:
-            self._save()
-        return self.static
-
-    def _save(self) -> None:
-        import tempfile
-
-        import tensorflow as tf
-
-        from .model import Target
-        from .numeric.runner import ModelLoads
-        from .targets.saved_model import SavedModelFile
-
-        self._tmp = tempfile.TemporaryDirectory(prefix="gradaudit-traced-")
-        self.path = self._tmp.name
-        holder = tf.Module()
-        holder.captured = list(self._traced.fn.variables)
-        try:
-            tf.saved_model.save(holder, self.path, signatures={"serving_default": self._traced.fn},
-                                options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
-            model = SavedModelFile(self.path)
-            sig = model.signature("serving_default")
-            self.static = self._static_of_copy(model, sig,
-                                               Target(self.path, "saved_model", "serving_default", ("serve",)))
-        except Exception as exc:  # noqa: BLE001 - a function TensorFlow cannot save is not run as a SavedModel
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            self.why = f"the traced function cannot be saved for them ({exc.__class__.__name__}: {first})"
-            return
-        self.loads = ModelLoads(self.path, self._options.tags, "serving_default", self.static.model)
-        self.rename = _names_from_copy(self.static, self._ours)
-
-    def op(self, ref: Any) -> Any:
-        """The traced graph's op for the copy's `ref` (the same type and node name, when one op has them); the
-        copy's own otherwise."""
-        if ref is None:
-            return None
-        if self._ops is None:
-            seen: dict[tuple[str, str], list] = {}
-            for node in self._ours.analysis.graph.ops.values():
-                seen.setdefault((node.ref.op_type, node.ref.op_name), []).append(node.ref)
-            self._ops = {k: v[0] for k, v in seen.items() if len(v) == 1}
-        return self._ops.get((ref.op_type, ref.op_name), ref)
-
-    def renamed(self, finding: Any) -> Any:
-        """A finding of the copy under the traced graph's names (op, sources, outputs)."""
-        return replace(finding, op=self.op(finding.op), sources=tuple(self.rename.get(n, n) for n in finding.sources),
-                       outputs=tuple(self.rename.get(n, n) for n in finding.outputs))
-
-    def close(self) -> None:
-        if self.loads is not None:
-            self.loads.close()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-
-
-def _probe_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions, local: _LocalMode) -> ProbePart:
-    """Stability probes and --order 2 run on the saved copy; results come back under the traced graph's names,
-    and the copy's hazard verdicts as verdicts on the traced graph's own lints (same rule, same op name)."""
-    copy = saved.get()
-    if copy is None:
-        return ProbePart(notes=(Note("stability", f"stability probes not run: {saved.why}"),))
-    outcome = _probe_outcome(copy.analysis, saved.path, options, "serving_default", saved.loads, local.wanted())
-    rename = saved.rename
-
-    def renamed(item):
-        if hasattr(item, "sources"):
-            fields = {"sources": tuple(rename.get(n, n) for n in item.sources),
-                      "outputs": tuple(rename.get(n, n) for n in item.outputs)}
-        elif isinstance(item, NumericResult):  # each output it checked, renamed
-            fields = {"source": rename.get(item.source, item.source), "outputs": item.outputs.renamed(rename)}
-        else:
-            fields = {"source": rename.get(item.source, item.source), "output": rename.get(item.output, item.output)}
-        return replace(item, **fields)
-
-    # the copy's verdicts on the traced graph's lints of the same code and op name (its functions are named apart)
-    by_op = {(v.code, v.op.op_name): v for v in outcome.verdicts if v.op and (v.confirmed_by or v.probed)}
-    verdicts = tuple(replace(by_op[f.code, f.op.op_name], op=f.op, sources=f.sources, outputs=f.outputs)
-                     for f in static.findings if f.op and (f.code, f.op.op_name) in by_op)
-    part = _probe_part(outcome)
-    # the copy's own numeric checks do not run: its numeric rows are the probe points' and second order's
-    return replace(part, results=tuple(renamed(s) for s in part.results),
-                   numeric=tuple(renamed(n) for n in part.numeric),
-                   findings=tuple(renamed(f) for f in part.findings), verdicts=verdicts,
-                   local=tuple(replace(c, op=saved.op(c.op)) for c in part.local),
-                   raised=tuple(replace(r, finding=renamed(r.finding)) for r in part.raised))
-
-
-def _precision_traced(static: StaticResult, saved: _SavedCopy, options: AuditOptions) -> PrecisionPart:
-    """--precision on the saved copy, as on a SavedModel; sources keep their names (the copy's inputs and
-    variables are the traced graph's) and the ops named are the traced graph's. The model's own compute dtype
-    is read from the traced graph."""
-    from .numeric.precision import run_precision
-
-    if not options.precision:
-        outcome = run_precision(None, static.analysis, _stability_options(options), None)
-        return PrecisionPart(notes=_notes("precision", outcome.notes))
-    copy = saved.get()
-    if copy is None:
-        return PrecisionPart(incomplete=(f"--precision {options.precision} did not run: "
-                                         f"{saved.why.replace('for them', 'for it')}",))
-    say(f"precision: {options.precision}")
-    outcome = run_precision(saved.loads, copy.analysis, _stability_options(options), options.precision)
-
-    def renamed(item):
-        op = saved.op(item.op)
-        if hasattr(item, "sources"):  # a finding
-            return replace(item, op=op, sources=tuple(saved.rename.get(n, n) for n in item.sources),
-                           outputs=tuple(saved.rename.get(n, n) for n in item.outputs))
-        return replace(item, op=op, name=op.short if op is not None else item.name)
-
-    return PrecisionPart(tuple(renamed(r) for r in outcome.results), tuple(renamed(f) for f in outcome.findings),
-                         _notes("precision", outcome.notes), tuple(outcome.incomplete))
-
-
-def _names_from_copy(copy: StaticResult, static: StaticResult) -> dict[str, str]:
-    """The saved copy names inputs and variables as the traced graph does; a Keras model's outputs are
-    output_0, output_1, ... there, in the traced function's flat order."""
-    ours = [o.name for o in static.outputs]
-    theirs = [o.name for o in copy.outputs]
-    if sorted(ours) == sorted(theirs):
-        return {}
-    if len(ours) == len(theirs) and all(t.startswith("output_") and t[7:].isdigit() for t in theirs):
-        return {t: ours[int(t[7:])] for t in theirs if int(t[7:]) < len(ours)}
-    return {}
+    with graphs_as_written():
+        return _stages([("numeric", "running the numeric checks", numeric),
+                        ("probes", "running the stability probes", probes),
+                        ("precision", "checking precision", precision)])

@@ -381,3 +381,38 @@ def _output_names(structure, preferred: list[str] | None) -> list[str]:
     if preferred and len(preferred) == len(flat):
         return list(preferred)
     return [f"output_{i}" for i in range(len(flat))]
+
+
+def save_copy(traced: Traced, folder: str) -> str | None:
+    """Save the traced function into `folder` as a SavedModel whose serving_default signature has the traced graph's
+    input and output names (a Keras model's outputs by its output names, not output_0, ...) and whose object graph
+    holds the function's variables and the owner's other trainable ones, with its custom gradients: the audit then
+    reads and runs it as any SavedModel (one static pass, no names mapped back). None when saved; else why TensorFlow
+    cannot save it."""
+    import tensorflow as tf
+
+    fn = traced.fn
+    names = _output_names(fn.structured_outputs, traced.output_names)
+    captured = {id(t) for t in fn.graph.internal_captures}
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=t.op.name) for t in fn.inputs if id(t) not in captured]
+    structure = fn.structured_input_signature
+
+    def serve(*xs):
+        args, kwargs = tf.nest.pack_sequence_as(structure, list(xs), expand_composites=True)
+        return dict(zip(names, tf.nest.flatten(fn(*args, **kwargs), expand_composites=True)))
+
+    holder = tf.Module()
+    holder.captured = list(fn.variables)
+    seen = {id(v) for v in fn.variables}
+    owner = traced.owner
+    owned = [v if isinstance(v, tf.Variable) else getattr(v, "value", v)  # a Keras variable holds a tf.Variable
+             for v in (getattr(owner, "trainable_variables", None) or [])]
+    holder.others = [v for v in owned if isinstance(v, tf.Variable) and id(v) not in seen]
+    try:
+        signature = tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
+        tf.saved_model.save(holder, folder, signatures={"serving_default": signature},
+                            options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+    except Exception as exc:  # noqa: BLE001 - a function TensorFlow cannot save is audited as traced
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return f"cannot be saved as a SavedModel ({exc.__class__.__name__}: {first})"
+    return None
