@@ -95,3 +95,37 @@ def test_an_error_a_relu_masks_at_zero_is_no_finding(tmp_path):
     report = audit_saved_model(path, AuditOptions())
     assert report.verdict() == "pass", [(f.code, f.message) for f in report.findings]
     assert not [f for f in report.findings if f.rule == "gradient-mismatch"]
+
+
+@tf.custom_gradient
+def _sin_zero_at_zero(x):
+    """sin with a custom gradient that is cos(x) everywhere but exactly at 0, where it returns 0 (tester 24)."""
+    return tf.sin(x), lambda dy: dy * tf.where(tf.equal(x, 0.0), tf.zeros_like(x), tf.cos(x))
+
+
+@tf.custom_gradient
+def _softplus_zero_at_zero(x):
+    """softplus with a custom gradient that is sigmoid(x) everywhere but exactly at 0, where it returns 0."""
+    return tf.nn.softplus(x), lambda dy: dy * tf.where(tf.equal(x, 0.0), tf.zeros_like(x), tf.sigmoid(x))
+
+
+WRITTEN = {"sin": (_sin_zero_at_zero, np.sin), "softplus": (_softplus_zero_at_zero, _softplus)}
+
+
+@pytest.mark.parametrize("name", sorted(WRITTEN))
+def test_a_custom_gradient_wrong_only_at_zero_fails(tmp_path, name):
+    """A custom gradient that passes its own check at inputs × 1 and fails it at inputs × 0 is wrong there, not a
+    surrogate: the row at 0 fails naming it (before, only TensorFlow's own gradients were named at that point, and
+    this passed with the whole-model row at 0 undecided)."""
+    f, twin = WRITTEN[name]
+    path = save_module(Model(f), str(tmp_path / name))
+    g, true = _truth(path, twin, np.zeros((1, 4)))
+    assert np.max(np.abs(g - true)) > 0.1  # wrong at 0
+    g, true = _truth(path, twin, np.array([[0.4, -0.8, 1.1, 0.6]]))
+    assert np.allclose(g, true, atol=1e-4)  # right away from 0
+    report = audit_saved_model(path, AuditOptions())
+    assert report.verdict() == "fail", [(f.code, f.message) for f in report.findings]
+    mismatches = [f for f in report.findings if f.rule == "gradient-mismatch" and f.severity.value == "error"]
+    assert mismatches and all(f.op is not None and f.op.op_type == "IdentityN" for f in mismatches)
+    at_zero = [r for r in report.numeric if r.scale == 0.0 and r.source == "x"]
+    assert at_zero and all(r.status == "fail" and "not a surrogate" in (r.evidence or "") for r in at_zero)

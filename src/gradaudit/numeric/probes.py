@@ -673,12 +673,15 @@ class Prober:
         gradient is not its derivative at the values the model's forward gave it there (TensorFlow's Cumprod
         gradient where a factor is exactly 0, Xlogy's at x = 0: wrong at that point only, so a nearby point never
         confirms it). Each row such an op covers (its source and an output on the op's paths) fails with that
-        evidence, and the op's finding stands for the row's whole-model one. Only TensorFlow's own gradients are
-        named so: a custom gradient that is not its forward's derivative may be meant to be (a straight-through
-        estimator), which the whole-model checks judge."""
+        evidence, and the op's finding stands for the row's whole-model one. A custom gradient is named so only when
+        its own check passes at inputs × 1 (tester 24: one that returns 0 at exactly x = 0): one that is never its
+        forward's derivative may be meant to be (a straight-through estimator), which the whole-model checks judge."""
         seen = len(self.local_checks)
         _decided, failures = self._local_at(inputs, scale, sign)
-        own = {c.op for c in self.local_checks[seen:] if c.status == "fail" and c.kind == "op"}
+        failed = [c for c in self.local_checks[seen:] if c.status == "fail"]
+        own = {c.op for c in failed if c.kind == "op"}
+        if any(c.kind == "custom_gradient" for c in failed):
+            own |= {c.op for c in failed if c.kind == "custom_gradient"} & self._written_right_at_one(inputs)
         failures = [f for f in failures if f.op in own]
         named: list[Finding] = []
         for i in range(rows, len(self.checked)):
@@ -688,12 +691,30 @@ class Prober:
                 continue
             labels = ", ".join(sorted({f.op.label for f in ops if f.op is not None}))
             self.checked[i] = replace(r, status="fail", evidence=(
-                f"the registered gradient of {labels} failed its own check at the values the model's forward gave "
-                "it at this point (the local checks): the discrepancy is that op's"))
+                f"the gradient of {labels} failed its own check at the values the model's forward gave it at this "
+                "point (the local checks): the discrepancy is that op's"
+                + ("; a custom gradient that passes its own check at inputs × 1, so wrong at this point, not a "
+                   "surrogate" if any(f.op not in {c.op for c in failed if c.kind == "op"} for f in ops) else "")))
             named.extend(f for f in ops if f not in named)
         covered = {s for f in named for s in f.sources}
         whole = [f for f in self.mismatches[found:] if not (set(f.sources) and set(f.sources) <= covered)]
         self.mismatches[found:] = whole + named
+
+    def _written_right_at_one(self, inputs: list[str]) -> set:
+        """The custom gradients whose own check passes at inputs × 1 (recorded nowhere: a reference point)."""
+        from ..errors import raised_by_tensorflow
+        from . import local
+
+        point = self.point(tuple(inputs), 1.0, 1)
+        rng = np.random.default_rng([self.seed, 9, 1000, 2])
+        try:
+            outcome = local.LocalChecker(self.forensics, rng, analysis=self.analysis, value_free=False,
+                                         graphs=self._check_graphs).run(point)
+        except Exception as exc:
+            if not raised_by_tensorflow(exc):
+                raise
+            return set()
+        return {c.op for c in outcome.checks if c.kind == "custom_gradient" and c.status == "pass"}
 
     def _covering(self, r: NumericResult, failures: list[Finding]) -> list[Finding]:
         """The op findings among `failures` whose op lies on the row's pairs: its source, and one of its outputs."""
