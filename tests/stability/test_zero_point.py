@@ -129,3 +129,36 @@ def test_a_custom_gradient_wrong_only_at_zero_fails(tmp_path, name):
     assert mismatches and all(f.op is not None and f.op.op_type == "IdentityN" for f in mismatches)
     at_zero = [r for r in report.numeric if r.scale == 0.0 and r.source == "x"]
     assert at_zero and all(r.status == "fail" and "not a surrogate" in (r.evidence or "") for r in at_zero)
+
+
+class CrossEntropy(tf.Module):
+    """-xlogy(labels, softmax(x @ w)) with labels a float input: at labels = 0 TensorFlow's gradient for labels is 0
+    (its convention) where the derivative is log p; the gradients for x and w are right there."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.random.stateless_normal([4, 3], [1, 2]), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 4], tf.float32, name="x"),
+                                  tf.TensorSpec([2, 3], tf.float32, name="labels")])
+    def __call__(self, x, labels):
+        return {"loss": -tf.reduce_sum(tf.math.xlogy(labels, tf.nn.softmax(x @ self.w)))}
+
+
+def test_an_op_named_at_zero_is_said_of_the_sources_whose_rows_it_explains(tmp_path):
+    path = save_module(CrossEntropy(), str(tmp_path / "xent"))
+    loaded = tf.saved_model.load(path)
+    fn = loaded.signatures["serving_default"]
+    x = tf.random.stateless_normal([2, 4], [3, 4])
+    labels = tf.zeros([2, 3])
+    with tf.GradientTape() as tape:
+        tape.watch([x, labels])
+        loss = fn(x=x, labels=labels)["loss"]
+    g_x, g_labels = tape.gradient(loss, [x, labels])
+    h = 1e-3  # the loss is linear in labels: one-sided differences are exact up to rounding
+    moved = float(fn(x=x, labels=labels + h)["loss"] - loss) / h
+    assert float(tf.reduce_max(tf.abs(g_labels))) == 0.0 and abs(moved) > 0.5  # TensorFlow's 0, the truth -sum log p
+    assert float(tf.reduce_max(tf.abs(g_x))) == 0.0  # and the loss is flat in x at labels 0: right
+    report = audit_saved_model(path, AuditOptions())
+    named = [f for f in report.findings if f.rule == "gradient-mismatch" and f.op is not None
+             and f.op.op_type == "Xlogy"]
+    assert named and all(f.sources == ("labels",) for f in named), [(f.sources, f.message) for f in named]

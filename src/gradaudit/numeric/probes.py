@@ -673,22 +673,29 @@ class Prober:
         gradient is not its derivative at the values the model's forward gave it there (TensorFlow's Cumprod
         gradient where a factor is exactly 0, Xlogy's at x = 0: wrong at that point only, so a nearby point never
         confirms it). Each row such an op covers (its source and an output on the op's paths) fails with that
-        evidence, and the op's finding stands for the row's whole-model one. A custom gradient is named so only when
-        its own check passes at inputs × 1 (tester 24: one that returns 0 at exactly x = 0): one that is never its
+        evidence, and the op's finding stands for the row's whole-model one. A custom gradient is named so at inputs
+        × 0 when its own check passes at inputs × 1 (tester 24: one that returns 0 at exactly x = 0): one never its
         forward's derivative may be meant to be (a straight-through estimator), which the whole-model checks judge."""
         seen = len(self.local_checks)
         _decided, failures = self._local_at(inputs, scale, sign)
         failed = [c for c in self.local_checks[seen:] if c.status == "fail"]
         own = {c.op for c in failed if c.kind == "op"}
-        if any(c.kind == "custom_gradient" for c in failed):
+        if scale == 0.0 and any(c.kind == "custom_gradient" for c in failed):  # elsewhere the whole-model finding
+            # names it, once for every point (a gradient wrong for large inputs fails at several)
             own |= {c.op for c in failed if c.kind == "custom_gradient"} & self._written_right_at_one(inputs)
         failures = [f for f in failures if f.op in own]
         named: list[Finding] = []
+        # the sources of the rows each named op explains: its finding is said of those (tester 24: an Xlogy of labels
+        # and of x was said of x and w too, whose rows there pass)
+        explained: dict[int, set[str]] = {}
         for i in range(rows, len(self.checked)):
             r = self.checked[i]
             ops = self._covering(r, failures) if _discrepant(r) else []
             if not ops:
                 continue
+            for f in ops:
+                explained.setdefault(id(f), set()).update(
+                    set(f.sources) & set(self.var_names) if r.source == ALL_VARIABLES else {r.source})
             labels = ", ".join(sorted({f.op.label for f in ops if f.op is not None}))
             self.checked[i] = replace(r, status="fail", evidence=(
                 f"the gradient of {labels} failed its own check at the values the model's forward gave it at this "
@@ -696,6 +703,7 @@ class Prober:
                 + ("; a custom gradient that passes its own check at inputs × 1, so wrong at this point, not a "
                    "surrogate" if any(f.op not in {c.op for c in failed if c.kind == "op"} for f in ops) else "")))
             named.extend(f for f in ops if f not in named)
+        named = [replace(f, sources=tuple(s for s in f.sources if s in explained[id(f)]) or f.sources) for f in named]
         covered = {s for f in named for s in f.sources}
         whole = [f for f in self.mismatches[found:] if not (set(f.sources) and set(f.sources) <= covered)]
         self.mismatches[found:] = whole + named
