@@ -676,14 +676,7 @@ class Prober:
         evidence, and the op's finding stands for the row's whole-model one. A custom gradient is named so at inputs
         × 0 when its own check passes at inputs × 1 (tester 24: one that returns 0 at exactly x = 0): one never its
         forward's derivative may be meant to be (a straight-through estimator), which the whole-model checks judge."""
-        seen = len(self.local_checks)
-        _decided, failures = self._local_at(inputs, scale, sign)
-        failed = [c for c in self.local_checks[seen:] if c.status == "fail"]
-        own = {c.op for c in failed if c.kind == "op"}
-        if scale == 0.0 and any(c.kind == "custom_gradient" for c in failed):  # elsewhere the whole-model finding
-            # names it, once for every point (a gradient wrong for large inputs fails at several)
-            own |= {c.op for c in failed if c.kind == "custom_gradient"} & self._written_right_at_one(inputs)
-        failures = [f for f in failures if f.op in own]
+        failures, written = self._ops_wrong_at(inputs, scale, sign)
         named: list[Finding] = []
         # the sources of the rows each named op explains: its finding is said of those (tester 24: an Xlogy of labels
         # and of x was said of x and w too, whose rows there pass)
@@ -696,17 +689,25 @@ class Prober:
             for f in ops:
                 explained.setdefault(id(f), set()).update(
                     set(f.sources) & set(self.var_names) if r.source == ALL_VARIABLES else {r.source})
-            labels = ", ".join(sorted({f.op.label for f in ops if f.op is not None}))
-            self.checked[i] = replace(r, status="fail", evidence=(
-                f"the gradient of {labels} failed its own check at the values the model's forward gave it at this "
-                "point (the local checks): the discrepancy is that op's"
-                + ("; a custom gradient that passes its own check at inputs × 1, so wrong at this point, not a "
-                   "surrogate" if any(f.op not in {c.op for c in failed if c.kind == "op"} for f in ops) else "")))
+            self.checked[i] = replace(r, status="fail", evidence=_named_evidence(ops, written))
             named.extend(f for f in ops if f not in named)
         named = [replace(f, sources=tuple(s for s in f.sources if s in explained[id(f)]) or f.sources) for f in named]
         covered = {s for f in named for s in f.sources}
         whole = [f for f in self.mismatches[found:] if not (set(f.sources) and set(f.sources) <= covered)]
         self.mismatches[found:] = whole + named
+
+    def _ops_wrong_at(self, inputs: list[str], scale: float, sign: int) -> tuple[list[Finding], set]:
+        """(the findings of the ops the local checks at this probe point find wrong that may be named, the custom
+        gradients among them): TensorFlow's own gradients, and at inputs × 0 a custom gradient whose own check passes
+        at inputs × 1 (elsewhere the whole-model finding names it, once for every point)."""
+        seen = len(self.local_checks)
+        _decided, failures = self._local_at(inputs, scale, sign)
+        failed = [c for c in self.local_checks[seen:] if c.status == "fail"]
+        own = {c.op for c in failed if c.kind == "op"}
+        written: set = set()
+        if scale == 0.0 and any(c.kind == "custom_gradient" for c in failed):
+            written = {c.op for c in failed if c.kind == "custom_gradient"} & self._written_right_at_one(inputs)
+        return [f for f in failures if f.op in own | written], written
 
     def _written_right_at_one(self, inputs: list[str]) -> set:
         """The custom gradients whose own check passes at inputs × 1 (recorded nowhere: a reference point)."""
@@ -1047,6 +1048,16 @@ def _ladder_notes(prober: Prober, inputs: list[str], skipped: set[float]) -> lis
              "there)."] if zeros else []
     return notes + ([f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
                      "range of the inputs' dtype."] if skipped else [])
+
+
+def _named_evidence(ops: list[Finding], written: set) -> str:
+    """A probe-point row's evidence where the local checks there name the ops at fault (`written`: custom gradients
+    among them, wrong at that point only)."""
+    labels = ", ".join(sorted({f.op.label for f in ops if f.op is not None}))
+    return (f"the gradient of {labels} failed its own check at the values the model's forward gave it at this point "
+            "(the local checks): the discrepancy is that op's"
+            + ("; a custom gradient that passes its own check at inputs × 1, so wrong at this point, not a surrogate"
+               if any(f.op in written for f in ops) else ""))
 
 
 def _discrepant(r: NumericResult) -> bool:
