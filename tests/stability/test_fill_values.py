@@ -47,3 +47,28 @@ def test_an_overflow_on_a_fill_value_is_located_and_said(tmp_path, module, repor
     rows = [s for s in r.stability if s.status == "nonfinite_forward"]
     assert rows and all(s.op_type == "MatMul" and s.reported is reported for s in rows), rows[:2]
     assert all("fill value" in (s.detail or "") for s in rows)
+
+
+class MaskedMean(tf.Module):
+    """The mean over a row's non-padding steps: 0/0 for an all-padding input (inputs × 0), in float64 too."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.random.stateless_normal([4, 2], [5, 6]), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 5, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        mask = tf.cast(tf.reduce_any(tf.not_equal(x, 0.0), -1, keepdims=True), x.dtype)
+        mean = tf.reduce_sum(x * mask, 1) / tf.reduce_sum(mask, 1)
+        return {"y": tf.reduce_sum(mean @ self.w)}
+
+
+@pytest.mark.parametrize(("module", "value", "op_type"), [(EmptySegments, "-inf", "MatMul"),
+                                                          (MaskedMean, "nan", "RealDiv")])
+def test_a_forward_not_finite_in_float64_too_is_said_in_a_note(tmp_path, module, value, op_type):
+    """Not reported (not a float32 hazard), but said outside the JSON, with the op it starts at (tester 24)."""
+    path = save_module(module(), str(tmp_path / module.__name__))
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    assert str(fn(x=tf.zeros([6, 5] if module is EmptySegments else [2, 5, 4]))["y"].numpy()) == value  # the truth
+    r = audit_saved_model(path, AuditOptions())
+    said = [n for n in r.notes_of("stability") if n.startswith(f"The forward is {value} in the float64 copy too")]
+    assert said and f"it starts at {op_type} " in said[0] and "× 0" in said[0], r.notes_of("stability")

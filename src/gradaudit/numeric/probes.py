@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..model import ALL_VARIABLES, Finding, LocalCheck, NumericResult, ProbeStatus, StabilityResult
+from ..model import ALL_VARIABLES, Finding, LocalCheck, NumericResult, OpRef, ProbeStatus, StabilityResult
 from .forensics import Culprit
 from .local import LARGE_MODEL, shared_forensics
 from .memory import give_back
@@ -1026,7 +1026,7 @@ def run_ladder(prober: Prober, scales) -> LadderOutcome:
         # it, and the model as saved may overflow there while the float64 checks at that point pass.
         reported += [(s, o, obs) for (s, o), obs in prober.observe(tuple(inputs), GIVEN, 1).items() if obs.reported]
     results = _ladder_results(prober, _rows_of(prober, worst), inputs)
-    notes = _ladder_notes(prober, inputs, skipped)
+    notes = _ladder_notes(prober, inputs, skipped) + _domain_notes(list(worst.values()), plan.input_sources)
     probed = sorted({abs(float(s)) for s in scales} - skipped - {0.0})
     own = prober.own_precision()
     if own is not None:
@@ -1048,6 +1048,24 @@ def _ladder_notes(prober: Prober, inputs: list[str], skipped: set[float]) -> lis
              "there)."] if zeros else []
     return notes + ([f"Stability probes skipped scale(s) {', '.join(f'{s:g}' for s in sorted(skipped))}: beyond the "
                      "range of the inputs' dtype."] if skipped else [])
+
+
+def _domain_notes(observed: list[Observation], inputs: list[str]) -> list[str]:
+    """Where the forward is not finite in the float64 copy either (not reported: outside the function's domain, or
+    beyond float64's range), the op it starts at, so that a person sees it outside the JSON (tester 24: a mean over
+    the unmasked steps of an all-padding input is 0/0)."""
+    by_op: dict[OpRef, list[Observation]] = {}
+    for obs in observed:
+        if obs.kind == DOMAIN and obs.culprit is not None:
+            by_op.setdefault(obs.culprit.op, []).append(obs)
+    notes = []
+    for op, seen in list(by_op.items())[:3]:
+        where = list(dict.fromkeys(o.where(inputs) for o in seen))  # in the ladder's order
+        notes.append(f"The forward is {seen[0].value} in the float64 copy too at {', '.join(where[:4])}"
+                     + (f" and {len(where) - 4} more" if len(where) > 4 else "")
+                     + f" (outside the function's domain, or beyond float64's range: not reported); it starts at "
+                       f"{op.label}: {seen[0].culprit.detail if seen[0].culprit else ''}.")
+    return notes
 
 
 def _named_evidence(ops: list[Finding], written: set) -> str:
