@@ -302,7 +302,7 @@ def compare_at(prober, point: dict[str, np.ndarray], where: str, scale: float | 
     if along.unmeasurable:
         into.unmeasurable.append(f"{', '.join(g.source for g in flagged)} at {where} ({along.text()})")
         return
-    located = _locate(prober, point) if not along.float64_wrong else (None, "")
+    located = _locate(prober, point) if not along.float64_wrong else (None, "", ())
     if located[0] is None and all(g.saturated for g in flagged):
         # a saturated function, no op at fault: what float32 computes, too small to move its outputs
         into.unresolved += [(g.rel, f"{g.source} at {where}: {pct(g.rel)} off, moving the outputs by at most "
@@ -491,22 +491,23 @@ def _locate(prober, point: dict[str, np.ndarray]):
         if not raised_by_tensorflow(exc):
             raise
         return None, (f"The op at fault could not be located (TensorFlow could not run a frozen copy: "
-                      f"{type(exc).__name__}).")
+                      f"{type(exc).__name__})."), ()
     finally:
         checker.close()
-    apart = " ".join(f"{g.apart_text()[0].upper()}{g.apart_text()[1:]}." for g in found if not g.comparable)
+    others = tuple(g for g in found if not g.comparable)
+    apart = " ".join(f"{g.apart_text()[0].upper()}{g.apart_text()[1:]}." for g in others)
     gaps = [g for g in found if g.comparable]
     if not gaps:
         return None, apart or ("No op's own float32 gradient is off at the values it receives there: float32's "
                                "arithmetic along the chain (values in its subnormals, or beyond its range) loses the "
-                               "gradient.")
+                               "gradient."), others
     worst = max(gaps, key=lambda g: abs(g.float32 - g.float64) / max(abs(g.float64), 1e-300))
     more = f" ({len(gaps) - 1} more op(s) too)" if len(gaps) > 1 else ""
-    return worst, f"{worst.text()}{more}." + (f" {apart}" if apart else "")
+    return worst, f"{worst.text()}{more}." + (f" {apart}" if apart else ""), others
 
 
 def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None], into: Comparison,
-           located: tuple[Any, str]) -> None:
+           located: tuple[Any, str, tuple]) -> None:
     from ..rules import numeric as rules
 
     where, scale = at
@@ -515,23 +516,25 @@ def _judge(prober, flagged: list[Gap], along: Along, at: tuple[str, float | None
     names = ", ".join(g.source for g in flagged)
     worst = max(flagged, key=lambda g: g.rel)
     gaps = "; ".join(f"{g.source}: {g.text()}" for g in flagged)
-    culprit, found = located
+    culprit, found, others = located
     if along.float32_wrong or culprit is not None:
         severity = _severity(culprit, scale, into.forward)
         # a row's status is its finding's: information (float32's own rounding at a probe point's extreme inputs)
         # is no failed check beside a passing verdict; its reason and evidence say what was measured
         status: CheckStatus = "pass" if severity is Severity.INFO else "fail"
-        reason = ("the float32 gradient is not the derivative: the float64 copy's is" + (
-            f"; {culprit.op.label}'s own float32 gradient is off at its values" if culprit is not None else
-            "; no op is at fault on its own: float32's rounding along the chain, what float32 computes here "
-            "(not an error)"))
+        reason = (f"the float32 and float64 gradients are of different results: {others[0].op.label}'s own float32 "
+                  "outputs are another result than its float64 kernel's there (a sign or a basis; not an error)"
+                  if culprit is None and others else "the float32 gradient is not the derivative: the float64 copy's is"
+                  + (f"; {culprit.op.label}'s own float32 gradient is off at its values" if culprit is not None else
+                     "; no op is at fault on its own: float32's rounding along the chain, what float32 computes here "
+                     "(not an error)"))
         into.add(where, rules.Float32Gradient.finding(
             f"At {where}, the gradient the model computes in float32 for {names} is far from the exact one: "
             f"{gaps}. " + (f"The float64 copy's gradient is the true one there: {along.text()}. " if along.float32_wrong
                            else f"Float64 differences along the gap do not decide ({along.status}: {along.text()}), "
                                 "but one op's own float32 gradient is off at its values. ")
             + f"{_forward(into.forward)} "
-            f"{found}{_unlocated(culprit, scale, into.forward)}".rstrip(),
+            f"{found}{_unlocated(culprit, scale, bool(others))}".rstrip(),
             op=culprit.op if culprit is not None else None, severity=severity,
             sources=tuple(g.source for g in flagged), outputs=_reached(prober, culprit, outputs)))
     elif along.float64_wrong:
@@ -571,9 +574,11 @@ def _severity(culprit, scale: float | None, forward: float) -> Severity:
     return Severity.WARNING if scale is None and forward <= GAP * GAP else Severity.INFO
 
 
-def _unlocated(culprit, scale: float | None, forward: float) -> str:
+def _unlocated(culprit, scale: float | None, apart: bool) -> str:
     if culprit is not None:
         return ""
+    if apart:  # the op's two gradients are of different results: said by _locate
+        return " Not an error."
     return (" Not an error: no op is at fault on its own, and float32's rounding along the chain is what float32 "
             "computes" + (" at these extreme inputs." if scale is not None else "."))
 
