@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -291,15 +292,11 @@ def audit_object(obj: object, options: AuditOptions, label: str | None = None, k
     label = label or getattr(obj, "__name__", None) or type(obj).__name__
     specs = [parse_input_spec(s) for s in options.input_specs]
     traced = trace(obj, label, specs, kind)
-    unsaved = ""
-    if not options.static_only:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="gradaudit-traced-") as folder:
-            report = _audit_saved_copy(traced, folder, options)
-        if isinstance(report, Report):
-            return report
-        unsaved = report
+    with tempfile.TemporaryDirectory(prefix="gradaudit-traced-") as folder:
+        report = _audit_saved_copy(traced, folder, options)
+    if isinstance(report, Report):
+        return report
+    unsaved = report
     model = TracedModel(traced)
     sig = model.signature()
     static = run_static(model, sig, Target(label, traced.kind, None, ()))
@@ -320,7 +317,8 @@ def audit_object(obj: object, options: AuditOptions, label: str | None = None, k
 
 def _audit_saved_copy(traced: Any, folder: str, options: AuditOptions) -> Report | str:
     """A traced target audited as the SavedModel it saves to in `folder` (targets.python.save_copy), under its own
-    label: one static pass, and the runtime on the copy in this process (a py_function's body runs from this process's
+    label: one static pass (--static-only too: one reader of every target's graph), and the runtime on the copy in
+    this process (a py_function's body runs from this process's
     registry). Where TensorFlow cannot save it, why (the traced function is audited itself)."""
     from .targets.python import save_copy
 
@@ -330,6 +328,8 @@ def _audit_saved_copy(traced: Any, folder: str, options: AuditOptions) -> Report
     model = read_saved_model(folder, replace(options, tags=("serve",)))
     sig = model.signature("serving_default")
     static = run_static(model, sig, Target(traced.label, traced.kind, None, ()))
+    if options.static_only:
+        return reconcile(static, Gate(run=False))
     check_inputs(sig, options)
     blocked = _blocking_reasons(static, options)
     if blocked:

@@ -272,3 +272,52 @@ def test_a_keras_file_without_a_float64_copy_says_why_as_its_export_does(tmp_pat
         reasons = {n.precision_reason for n in r.numeric if n.scale is None}
         assert reasons and all("Resize" in why and "float32" in why for why in reasons), (name, reasons)
         assert not [n for n in r.notes if "SavedModels only" in n.text], name
+
+
+class _SameNames:
+    """Two tf.Variables both named `Variable` at the attributes w1 and w2; w2 reaches y only through a
+    stop_gradient (tester 25)."""
+
+    @staticmethod
+    def module():
+        import tensorflow as tf
+
+        class M(tf.Module):
+            def __init__(self):
+                self.w1 = tf.Variable(1.5)
+                self.w2 = tf.Variable(0.5)
+
+            @tf.function(input_signature=[tf.TensorSpec([3], tf.float32, name="x")])
+            def __call__(self, x):
+                return {"y": x * self.w1 + tf.stop_gradient(x * self.w2)}
+
+        return M()
+
+
+@pytest.mark.parametrize("static_only", [True, False])
+def test_variables_that_share_a_name_are_named_by_their_object_path(tmp_path, static_only):
+    """As the same module's SavedModel names them (`Variable (w1)`), in a full audit and with --static-only, and the
+    variable behind the stop_gradient gets its GA108 (before: `Variable` twice and no GA108 with --static-only,
+    `Variable (captured.0)` in a full audit)."""
+    import tensorflow as tf
+
+    module = _SameNames.module()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.__call__})
+    saved = audit(str(tmp_path / "sm"), static_only=True)
+    traced = audit(module, static_only=static_only)
+    assert {s.name for s in traced.sources} == {s.name for s in saved.sources} == {"x", "Variable (w1)",
+                                                                                   "Variable (w2)"}
+    stopped = [f for f in traced.findings if f.code == "GA108"]
+    assert [f.sources for f in stopped] == [f.sources for f in saved.findings if f.code == "GA108"]
+    assert [f.sources for f in stopped] == [("Variable (w2)",)]  # the one behind the stop_gradient
+
+
+def test_what_the_models_own_code_raises_while_traced_is_its_error(tmp_path):
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([3], tf.float32, name="x")])
+    def boom(x):
+        raise ValueError("boom at trace")
+
+    with pytest.raises(GradauditError, match="tracing it raised ValueError: boom at trace"):
+        audit(boom, static_only=True)

@@ -211,7 +211,7 @@ def _keras_concrete(model, label: str) -> Traced:
             return model(keras.tree.pack_sequence_as(structure, list(xs)), training=False)
         return model(list(xs) if len(xs) > 1 else xs[0], training=False)
 
-    fn = tf.function(call, input_signature=specs).get_concrete_function()
+    fn = traced_by(label, tf.function(call, input_signature=specs).get_concrete_function)
     names = {}
     for v in model.variables:
         tfv = getattr(v, "value", v)
@@ -260,6 +260,21 @@ def trace(obj: Any, label: str, input_specs: list | None = None, kind: TargetKin
     return Traced(fn, kind, label, names, None, owner_vars, owner)
 
 
+def traced_by(label: str, make: Any) -> Any:
+    """`make()`, which traces the target's own Python code: what that code raises is the model's error, said with
+    its own message (tester 25: it was "internal error in gradaudit ... ValueError: in user code:")."""
+    try:
+        return make()
+    except GradauditError:
+        raise
+    except Exception as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        said = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception): ", ln)]
+        reason = said[-1] if said else f"{type(exc).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
+        raise GradauditError(f"{label}: tracing it raised {reason} (the model's own code; --debug shows where)") \
+            from exc
+
+
 def _module_call(module: Any, label: str) -> Any:
     """The tf.function a tf.Module's __call__ is; refuses a module whose __call__ is not one."""
     import tensorflow as tf
@@ -273,9 +288,9 @@ def _module_call(module: Any, label: str) -> Any:
 def _concrete_function(fn: Any, label: str, input_specs: list | None) -> Any:
     """The concrete function of a tf.function for `input_specs`, or for its own input_signature."""
     if input_specs:
-        return fn.get_concrete_function(*input_specs)
+        return traced_by(label, lambda: fn.get_concrete_function(*input_specs))
     if getattr(fn, "input_signature", None) is not None:
-        return fn.get_concrete_function()
+        return traced_by(label, fn.get_concrete_function)
     raise GradauditError(f"{label}: this tf.function has no input_signature; pass "
                          "--input-spec NAME=DTYPE[D0,D1,...] for each argument")
 
@@ -383,6 +398,30 @@ def _output_names(structure, preferred: list[str] | None) -> list[str]:
     return [f"output_{i}" for i in range(len(flat))]
 
 
+def _holder(owner: Any, variables: list) -> Any:
+    """A tf.Module holding `variables` (each once) at their object paths in a tf.Module owner ("w1", "block.w"), as
+    the owner's own SavedModel would name them apart where two share a name (tester 25: "Variable (captured.0)" for
+    "Variable (w1)"), a Keras model's at "variables.N" as model.export does; at "captured.N" where the owner gives none
+    (a plain function)."""
+    import tensorflow as tf
+
+    paths: dict[int, str] = {}
+    if _is_keras_model(owner):  # as model.export tracks them: its variables list
+        for k, v in enumerate(owner.variables):
+            paths.setdefault(id(v if isinstance(v, tf.Variable) else getattr(v, "value", v)), f"variables.{k}")
+    elif isinstance(owner, tf.Module):
+        for path, v in owner._flatten(predicate=lambda x: isinstance(x, tf.Variable), with_path=True):  # noqa: SLF001
+            paths.setdefault(id(v), ".".join(str(p) for p in path))
+    holder = tf.Module()
+    placed: set[int] = set()
+    for i, v in enumerate(variables):
+        if id(v) not in placed:
+            placed.add(id(v))
+            name = paths.get(id(v), "")
+            setattr(holder, name if name and not hasattr(holder, name) else f"captured.{i}", v)
+    return holder
+
+
 def save_copy(traced: Traced, folder: str) -> str | None:
     """Save the traced function into `folder` as a SavedModel whose serving_default signature has the traced graph's
     input and output names (a Keras model's outputs by its output names, not output_0, ...) and whose object graph
@@ -401,13 +440,10 @@ def save_copy(traced: Traced, folder: str) -> str | None:
         args, kwargs = tf.nest.pack_sequence_as(structure, list(xs), expand_composites=True)
         return dict(zip(names, tf.nest.flatten(fn(*args, **kwargs), expand_composites=True)))
 
-    holder = tf.Module()
-    holder.captured = list(fn.variables)
-    seen = {id(v) for v in fn.variables}
     owner = traced.owner
     owned = [v if isinstance(v, tf.Variable) else getattr(v, "value", v)  # a Keras variable holds a tf.Variable
              for v in (getattr(owner, "trainable_variables", None) or [])]
-    holder.others = [v for v in owned if isinstance(v, tf.Variable) and id(v) not in seen]
+    holder = _holder(owner, list(fn.variables) + [v for v in owned if isinstance(v, tf.Variable)])
     try:
         signature = tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
         tf.saved_model.save(holder, folder, signatures={"serving_default": signature},
