@@ -321,3 +321,16 @@ def test_what_the_models_own_code_raises_while_traced_is_its_error(tmp_path):
 
     with pytest.raises(GradauditError, match="tracing it raised ValueError: boom at trace"):
         audit(boom, static_only=True)
+
+
+def test_a_module_without_a_call_points_at_its_functions():
+    import tensorflow as tf
+
+    class Codec(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([3], tf.float32, name="x")])
+        def encode(self, x):
+            return {"z": tf.round(x)}
+
+    with pytest.raises(GradauditError, match=r"audit one of its tf.functions as a target of its own \(codec.encode\)"):
+        gradaudit.api.audit_object(Codec(), gradaudit.api.AuditOptions(static_only=True), label="codec")
+    assert audit(Codec().encode, static_only=True).verdict() == "fail"  # the function it names audits (GA103)

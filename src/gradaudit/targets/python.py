@@ -253,8 +253,9 @@ def trace(obj: Any, label: str, input_specs: list | None = None, kind: TargetKin
             return trace(made, label, input_specs, kind)
         raise GradauditError(f"{label}: it returned a {type(made).__name__}, not something to audit")
     else:
-        raise GradauditError(f"{label}: a {type(obj).__name__} cannot be audited (expected a tf.function, "
-                             "ConcreteFunction, tf.Module or keras.Model)")
+        what = type(obj).__name__
+        raise GradauditError(f"{label}: {'an' if what[:1].lower() in 'aeiou' else 'a'} {what} cannot be audited "
+                             "(expected a tf.function, ConcreteFunction, tf.Module or keras.Model)")
     names = {id(v.handle): _info(v, None, v.trainable) for v in fn.variables}
     owner_vars = [_info(v, None, True) for v in owner.trainable_variables] if owner is not None else []
     return Traced(fn, kind, label, names, None, owner_vars, owner)
@@ -281,7 +282,12 @@ def _module_call(module: Any, label: str) -> Any:
 
     call = module.__call__ if callable(module) else None
     if not isinstance(call, (tf.types.experimental.GenericFunction, tf.types.experimental.ConcreteFunction)):
-        raise GradauditError(f"{label}: the tf.Module's __call__ is not a tf.function")
+        named = sorted(n for n, v in vars(module).items() if isinstance(v, tf.types.experimental.GenericFunction))
+        named += sorted(n for n in dir(type(module)) if not n.startswith("_")
+                        and isinstance(getattr(type(module), n, None), tf.types.experimental.GenericFunction))
+        hint = (f"; audit one of its tf.functions as a target of its own ({', '.join(f'{label}.{n}' for n in named)})"
+                if named else "")
+        raise GradauditError(f"{label}: the tf.Module's __call__ is not a tf.function{hint}")
     return call
 
 
