@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -305,14 +306,7 @@ def audit_object(obj: object, options: AuditOptions, label: str | None = None, k
     blocked = () if options.static_only else _blocking_reasons(static, options)
     if options.static_only or blocked:
         return reconcile(static, Gate(run=False, reasons=blocked))
-    gate = _runs(options)
-    isolation = Isolation(None, None, None, None, (f"a {traced.kind} target runs in gradaudit's own process: no "
-                                                   "sandbox, memory limit or time budget",))
-    try:
-        runtime = run_traced(static, traced, options, unsaved)
-    except StageFailed as exc:
-        raise exc.error.with_report(reconcile(static, gate, exc.partial)) from exc
-    return reconcile(static, gate, replace(runtime, isolation=isolation))
+    return _in_process(static, _runs(options), traced.kind, lambda: run_traced(static, traced, options, unsaved))
 
 
 def _audit_saved_copy(traced: Any, folder: str, options: AuditOptions) -> Report | str:
@@ -334,12 +328,16 @@ def _audit_saved_copy(traced: Any, folder: str, options: AuditOptions) -> Report
     blocked = _blocking_reasons(static, options)
     if blocked:
         return reconcile(static, Gate(run=False, reasons=blocked))
-    gate = _runs(options)
-    isolation = Isolation(None, None, None, None, (f"a {traced.kind} target runs in gradaudit's own process: no "
-                                                   "sandbox, memory limit or time budget",))
     runs = replace(options, signature="serving_default", tags=("serve",))
+    return _in_process(static, _runs(options), traced.kind, lambda: run_saved_model(static, runs))
+
+
+def _in_process(static: StaticResult, gate: Gate, kind: TargetKind, run: Callable[[], RuntimeResult]) -> Report:
+    """The report of a traced target's runtime stages, run here (`run`): nothing confines them."""
+    isolation = Isolation(None, None, None, None, (f"a {kind} target runs in gradaudit's own process: no sandbox, "
+                                                   "memory limit or time budget",))
     try:
-        runtime = run_saved_model(static, runs)
+        runtime = run()
     except StageFailed as exc:
         raise exc.error.with_report(reconcile(static, gate, exc.partial)) from exc
     return reconcile(static, gate, replace(runtime, isolation=isolation))

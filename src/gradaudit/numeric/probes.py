@@ -425,9 +425,10 @@ class Prober:
         fails: it is detail, not evidence."""
         if key not in self._culprits:
             try:
-                return find()
+                found = find()
             except Exception:  # noqa: BLE001 - best effort, as culprit()'s, and said nowhere
                 return None
+            self._culprits[key] = found  # every output at that point shares the frozen graph's run
         return self._culprits[key]
 
     def close(self) -> None:

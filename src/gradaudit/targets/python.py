@@ -404,6 +404,13 @@ def _output_names(structure, preferred: list[str] | None) -> list[str]:
     return [f"output_{i}" for i in range(len(flat))]
 
 
+def _tf_variable(v: Any) -> Any:
+    """The tf.Variable itself: a Keras variable holds one as `value` (a tf.Variable's `value` is a method)."""
+    import tensorflow as tf
+
+    return v if isinstance(v, tf.Variable) else getattr(v, "value", v)
+
+
 def _holder(owner: Any, variables: list) -> Any:
     """A tf.Module holding `variables` (each once) at their object paths in a tf.Module owner ("w1", "block.w"), as
     the owner's own SavedModel would name them apart where two share a name (tester 25: "Variable (captured.0)" for
@@ -414,7 +421,7 @@ def _holder(owner: Any, variables: list) -> Any:
     paths: dict[int, str] = {}
     if _is_keras_model(owner):  # as model.export tracks them: its variables list
         for k, v in enumerate(owner.variables):
-            paths.setdefault(id(v if isinstance(v, tf.Variable) else getattr(v, "value", v)), f"variables.{k}")
+            paths.setdefault(id(_tf_variable(v)), f"variables.{k}")
     elif isinstance(owner, tf.Module):
         for path, v in owner._flatten(predicate=lambda x: isinstance(x, tf.Variable), with_path=True):  # noqa: SLF001
             paths.setdefault(id(v), ".".join(str(p) for p in path))
@@ -447,8 +454,7 @@ def save_copy(traced: Traced, folder: str) -> str | None:
         return dict(zip(names, tf.nest.flatten(fn(*args, **kwargs), expand_composites=True)))
 
     owner = traced.owner
-    owned = [v if isinstance(v, tf.Variable) else getattr(v, "value", v)  # a Keras variable holds a tf.Variable
-             for v in (getattr(owner, "trainable_variables", None) or [])]
+    owned = [_tf_variable(v) for v in (getattr(owner, "trainable_variables", None) or [])]
     holder = _holder(owner, list(fn.variables) + [v for v in owned if isinstance(v, tf.Variable)])
     try:
         signature = tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
